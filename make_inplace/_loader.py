@@ -1,0 +1,77 @@
+"""Finds and loads the compiled op library.
+
+Order: the library built by setuptools next to this file (``_C*.so``), unless
+``MAKE_INPLACE_FORCE_JIT=1``; otherwise a JIT build with
+``torch.utils.cpp_extension.load`` (ninja) into torch's extension cache,
+announced on stderr. Loading registers the ops under ``torch.ops.make_inplace``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import torch
+
+from . import _sources
+
+FORCE_JIT_ENV = "MAKE_INPLACE_FORCE_JIT"
+
+_loaded_path: str | None = None
+
+
+def _built_library() -> str | None:
+    found = sorted(glob.glob(os.path.join(_sources.PACKAGE_DIR, "_C*.so")))
+    return found[0] if found else None
+
+
+def _jit_with_cuda() -> bool:
+    from torch.utils import cpp_extension
+
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def _jit_build() -> str:
+    from torch.utils import cpp_extension
+
+    if not os.path.isdir(_sources.CSRC):
+        raise RuntimeError(
+            "make_inplace: no built library next to the package and no csrc/ "
+            f"to JIT-build from (looked in {_sources.CSRC}); install with "
+            "`pip install --no-build-isolation .`"
+        )
+    with_cuda = _jit_with_cuda()
+    sources = _sources.cpu_sources() + (_sources.cuda_sources() if with_cuda else [])
+    print(
+        f"make_inplace: JIT-building the op library ({'CPU+CUDA' if with_cuda else 'CPU'}) "
+        "with torch.utils.cpp_extension.load; the first build takes a few minutes",
+        file=sys.stderr,
+    )
+    defines = ["-DMAKE_INPLACE_WITH_CUDA"] if with_cuda else []
+    name = "make_inplace_jit_cuda" if with_cuda else "make_inplace_jit_cpu"
+    cpp_extension.load(
+        name=name,
+        sources=sources,
+        extra_include_paths=_sources.include_dirs(),
+        extra_cflags=_sources.CXX_FLAGS + defines,
+        extra_cuda_cflags=_sources.NVCC_FLAGS + defines,
+        with_cuda=with_cuda,
+        is_python_module=False,
+        verbose=False,
+    )
+    return os.path.join(cpp_extension._get_build_directory(name, verbose=False), f"{name}.so")
+
+
+def load() -> str:
+    """Loads the op library once and returns the path it came from."""
+    global _loaded_path
+    if _loaded_path is not None:
+        return _loaded_path
+    built = None if os.environ.get(FORCE_JIT_ENV) == "1" else _built_library()
+    if built is not None:
+        torch.ops.load_library(built)
+        _loaded_path = built
+    else:
+        _loaded_path = _jit_build()
+    return _loaded_path

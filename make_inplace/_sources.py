@@ -1,0 +1,32 @@
+"""Where the C++/CUDA sources live and which of them a build compiles.
+
+Shared by setup.py (the setuptools route) and _loader.py (the JIT route), so
+both compile the same files as CMakeLists.txt: csrc/ops.cpp, csrc/cpu/*.cpp
+and, with CUDA, csrc/cuda/*.cu.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(PACKAGE_DIR)
+CSRC = os.path.join(SOURCE_ROOT, "csrc")
+
+
+def cpu_sources(root: str = CSRC) -> list[str]:
+    return [os.path.join(root, "ops.cpp")] + sorted(glob.glob(os.path.join(root, "cpu", "*.cpp")))
+
+
+def cuda_sources(root: str = CSRC) -> list[str]:
+    return sorted(glob.glob(os.path.join(root, "cuda", "*.cu")))
+
+
+def include_dirs(root: str = CSRC) -> list[str]:
+    return [os.path.join(root, "include")]
+
+
+# Flags every route uses.
+CXX_FLAGS = ["-O3", "-std=c++17"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
