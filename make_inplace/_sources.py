@@ -2,7 +2,9 @@
 
 Shared by setup.py (the setuptools route) and _loader.py (the JIT route), so
 both compile the same files as CMakeLists.txt: csrc/ops.cpp, csrc/cpu/*.cpp
-and, with CUDA, csrc/cuda/*.cu.
+csrc/kernels/cpu/*.cpp and, with CUDA, csrc/cuda/*.cu and csrc/kernels/cuda/*.cu.
+csrc/cpu and csrc/cuda hold the torch bindings; csrc/kernels holds torch-free
+kernels (raw pointers, sizes, a stream) that the MindSpore C ABI reuses.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ CSRC = os.path.join(SOURCE_ROOT, "csrc")
 
 
 def cpu_sources(root: str = CSRC) -> list[str]:
-    return [os.path.join(root, "ops.cpp")] + sorted(glob.glob(os.path.join(root, "cpu", "*.cpp")))
+    return [os.path.join(root, "ops.cpp")] + sorted(
+        glob.glob(os.path.join(root, "cpu", "*.cpp")) + glob.glob(os.path.join(root, "kernels", "cpu", "*.cpp"))
+    )
 
 
 def cuda_sources(root: str = CSRC) -> list[str]:
-    return sorted(glob.glob(os.path.join(root, "cuda", "*.cu")))
+    return sorted(glob.glob(os.path.join(root, "cuda", "*.cu")) + glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")))
 
 
 def include_dirs(root: str = CSRC) -> list[str]:

@@ -1,0 +1,91 @@
+"""Measuring memory and time the way DESIGN.md describes.
+
+Shared by the main job (``python -m make_inplace``) and the benchmark harness
+(``benchmarks/harness.py``), so both report the same quantities.
+
+Memory: ``max_memory_reserved`` (what the card loses to the process) and
+``max_memory_allocated``, as peaks above the level before the call, with the
+caching allocator emptied before inputs are made (``fresh_cuda_memory``), so
+the figure does not depend on what earlier code left cached.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+MiB = 1 << 20
+
+
+def best_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def fresh_cuda_memory() -> None:
+    """Frees cached blocks so the next measurement starts from a cold allocator."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class PeakExtra:
+    reserved: int
+    allocated: int
+
+
+def cuda_peak_extra(fn: Callable[[], object], device: torch.device | None = None) -> PeakExtra:
+    """Runs ``fn`` once; returns the peak memory it added above the level before it.
+
+    Call ``fresh_cuda_memory()`` before allocating fn's inputs.
+    """
+    device = device or torch.device("cuda")
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    reserved0 = torch.cuda.memory_reserved(device)
+    allocated0 = torch.cuda.memory_allocated(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    peak = PeakExtra(
+        reserved=torch.cuda.max_memory_reserved(device) - reserved0,
+        allocated=torch.cuda.max_memory_allocated(device) - allocated0,
+    )
+    del result
+    return peak
+
+
+def time_ms(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, reps: int = 20) -> float:
+    """Median time of one call of ``fn`` in milliseconds (CUDA events on CUDA)."""
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
+    """||result - reference|| / ||reference|| in float64 (NaN-safe: NaN stays NaN)."""
+    r = result.detach().double().cpu()
+    ref = reference.detach().double().cpu()
+    denom = ref.norm().item()
+    return (r - ref).norm().item() / (denom if denom > 0 else 1.0)
