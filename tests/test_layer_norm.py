@@ -146,9 +146,6 @@ def test_grads_match_torch(device, dtype, shape, norm_shape):
     y.backward(grad)
     rl, rw, rb = (t.double().requires_grad_() for t in (base, w0, b0))
     F.layer_norm(rl, norm_shape, rw, rb).backward(grad.double())
-    n = 1
-    for s in norm_shape:
-        n *= s
     # Grads are sums over a row / over rows: scale the tolerance by their magnitude.
     for ours, ref in [(leaf.grad, rl.grad), (w.grad, rw.grad), (b.grad, rb.grad)]:
         scale = ref.abs().max().item() + 1
@@ -304,23 +301,26 @@ def test_cuda_forward_with_grad_needs_allocates_only_stats():
 
 @CUDA
 def test_cuda_forward_backward_peak_below_torch():
-    rows, cols = 8192, 4096
+    # Three blocks h <- layer_norm(h) @ W, as in a transformer: torch's layer norm
+    # saves its input h while the matmul saves the norm's output y (2 activations
+    # per block); ours saves only y, which is h overwritten (1 per block).
+    rows, cols, blocks = 4096, 2048, 3
     activation = rows * cols * 2
 
     def run(use_ours: bool):
         fresh_cuda_memory()
         leaf = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        b = torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        norms = [(torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True),
+                  torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)) for _ in range(blocks)]
+        mats = [torch.randn(cols, cols, device="cuda", dtype=torch.bfloat16) / cols**0.5 for _ in range(blocks)]
 
         def step():
-            h = leaf * 1.0  # the activation entering the norm (its node saves nothing)
-            if use_ours:
-                y = make_inplace.layer_norm_(h, cols, w, b)
-            else:
-                y = F.layer_norm(h, (cols,), w, b)
-            del h
-            y.pow(2).sum().backward()  # pow saves y: the output stays saved, as in a network
+            h = leaf.clone()  # its node saves nothing and passes grads through
+            for (w, b), mat in zip(norms, mats):
+                y = make_inplace.layer_norm_(h, cols, w, b) if use_ours else F.layer_norm(h, (cols,), w, b)
+                h = y @ mat
+            del y
+            h.float().sum().backward()
 
         peak = cuda_peak_extra(step)
         return peak.reserved, peak.allocated

@@ -1,7 +1,7 @@
 // layer_norm_ and its backward on CUDA, torch-free.
 //
 // Forward: rows that fit on chip are held in registers by `tpr` threads (a
-// sub-warp or warp for short rows, up to a 1024-thread CTA for long ones):
+// sub-warp or warp for short rows, up to a 512-thread CTA for long ones):
 // one read and one write per element, mean and variance in two passes over
 // the registers (no E[x^2] - E[x]^2 cancellation). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
@@ -308,7 +308,7 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV>
 cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                         acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_kernel<T, VEC, NV>
         <<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr, eps, mean,
@@ -355,7 +355,7 @@ cudaError_t backward_rows(const T* dy, const T* y, const T* w, const T* b,
                           cudaStream_t stream) {
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, w, b, rstd, row0, rows, n, tpr, dx);

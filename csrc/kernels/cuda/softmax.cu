@@ -2,7 +2,7 @@
 //
 // Forward, softmax over the last dim (rows):
 //  * rows that fit on chip: `tpr` threads own a row (a sub-warp or warp for
-//    short rows, several rows per CTA; a CTA of up to 1024 threads for long
+//    short rows, several rows per CTA; a CTA of up to 512 threads for long
 //    ones), each holding NV vectors of the row in registers, so every element
 //    is read once and written once (max, sum and write passes run from
 //    registers). 16-byte vectors when the row start is 16-byte aligned.
@@ -264,7 +264,7 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV, bool MASKED>
 cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
                         int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_rows_kernel<T, VEC, NV, MASKED><<<grid, block, 0, stream>>>(
         x, row0, rows, static_cast<int>(n), tpr, scale, causal_rows, mask);
@@ -341,7 +341,7 @@ cudaError_t backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t 
   // About four vectors per thread; up to 512 threads on one row.
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, dx, row0, rows, n, tpr, scale);
