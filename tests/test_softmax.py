@@ -156,6 +156,7 @@ def test_opcheck(device):
     torch.library.opcheck(op.softmax_.default, (torch.randn(3, 4, 5, device=device), 1))
     y = torch.softmax(torch.randn(3, 4, 5, device=device), 1)
     torch.library.opcheck(op.softmax_backward.default, (torch.randn_like(y), y, 1, 0.5))
+    torch.library.opcheck(op.softmax_backward_.default, (torch.randn_like(y), y, -1, 0.5))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -203,6 +204,26 @@ def test_grads_match_torch(device, dtype, shape, dim):
     torch.softmax(ref_leaf * 0.5, dim).backward(grad.double())
     assert_close(leaf.grad, ref_leaf.grad, dtype)
     assert torch.equal(grad, grad_before)  # grad_output never overwritten
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mask_grad", [False, True])
+def test_noncontiguous_grads(device, mask_grad):
+    # Expanded (y.sum()) and transposed grads go through the path that writes the
+    # result over the wrapper's own contiguous copy.
+    base = torch.randn(6, 33, device=device, dtype=torch.float64)
+    weights = torch.randn(33, 6, device=device, dtype=torch.float64).t()
+    mask0 = torch.randn(33, device=device, dtype=torch.float64)
+    for loss_fn in (lambda y: y.sum(), lambda y: (y * weights).sum(), lambda y: (y * weights).pow(2).sum()):
+        leaf = base.clone().requires_grad_()
+        mask = mask0.clone().requires_grad_(mask_grad)
+        loss_fn(make_inplace.softmax_(leaf * 1.0, -1, scale=0.3, mask=mask)).backward()
+        ref_leaf = base.clone().requires_grad_()
+        ref_mask = mask0.clone().requires_grad_(mask_grad)
+        loss_fn(torch.softmax(ref_leaf * 0.3 + ref_mask, -1)).backward()
+        torch.testing.assert_close(leaf.grad, ref_leaf.grad, rtol=1e-10, atol=1e-10)
+        if mask_grad:
+            torch.testing.assert_close(mask.grad, ref_mask.grad, rtol=1e-10, atol=1e-10)
 
 
 def test_saves_only_the_output():
