@@ -19,7 +19,7 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "building the CUDA extension with $("$venv/bin/python" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
-"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true
+"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | { grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
 lib=$(ls "$out"/lib/make_inplace/_C*.so)
 "$venv/bin/python" - "$lib" <<'PY'
 import sys, torch
