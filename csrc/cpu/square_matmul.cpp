@@ -12,6 +12,8 @@
 namespace make_inplace {
 namespace {
 
+constexpr int64_t kMinCpuPanelRows = 128;
+
 // Each row's product is accumulated in a row-sized buffer before the row is
 // overwritten: the CPU analogue of the GPU kernel holding rows on chip. This
 // buffer (n accumulators per worker thread) is the only memory it uses.
@@ -58,7 +60,9 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   const int64_t panel_rows =
       std::min(rows, workspace_bound(x, workspace_bytes) / row_bytes);
 
-  if (panel_rows == 0) {
+  // Panels of a few rows turn into many tiny GEMM calls whose threading
+  // overhead dominates; the row kernel is faster there and uses less memory.
+  if (panel_rows < std::min<int64_t>(rows, kMinCpuPanelRows)) {
     AT_DISPATCH_FLOATING_TYPES_AND2(
         at::kHalf, at::kBFloat16, x.scalar_type(), "square_matmul_cpu", [&] {
           rowwise_square_matmul<scalar_t>(
