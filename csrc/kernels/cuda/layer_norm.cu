@@ -134,6 +134,8 @@ __global__ void __launch_bounds__(kLongThreads)
   T* p = x + row * n;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
   Moments<A> mine{0, 0, 0};
+  // Unrolled so each thread has several independent loads in flight.
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     A s = 0;
@@ -151,6 +153,7 @@ __global__ void __launch_bounds__(kLongThreads)
   const Moments<A> all = block_moments(mine, scratch);
   const A mean = all.mean;
   const A rstd = rsqrt_acc(all.m2 / static_cast<A>(n) + eps);
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     V wv, bv, out;
@@ -217,6 +220,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     }
   };
   A sum_g = 0, sum_gx = 0;
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     A g[VEC], xh[VEC];
     load(col, g, xh);
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   const A mean_g = group_reduce(sum_g, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
   const A mean_gx = group_reduce(sum_gx, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
   const A rs = active ? rstd[row] : A(0);
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     A g[VEC], xh[VEC];
     load(col, g, xh);

@@ -137,6 +137,8 @@ __global__ void __launch_bounds__(kLongThreads)
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 
   A m = neg_inf<T>(), s = 0;
+  // Unrolled so each thread has several independent loads in flight.
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     A v[VEC];
@@ -156,6 +158,7 @@ __global__ void __launch_bounds__(kLongThreads)
   // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
   const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
   const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     V io;
     if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
@@ -212,6 +215,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   const int64_t end = active ? n : 0;
   const int64_t step = static_cast<int64_t>(tpr) * VEC;
   A dot = 0;
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     const V g = *reinterpret_cast<const V*>(dy + off + col);
     const V o = *reinterpret_cast<const V*>(y + off + col);
@@ -219,6 +223,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     for (int e = 0; e < VEC; ++e) dot += to_acc(g.v[e]) * to_acc(o.v[e]);
   }
   dot = group_reduce(dot, tpr, A(0), scratch, SumOp{});
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     const V g = *reinterpret_cast<const V*>(dy + off + col);
     const V o = *reinterpret_cast<const V*>(y + off + col);
