@@ -54,11 +54,28 @@ void forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t scale,
       };
       for (int64_t d = 0; d < n; ++d)
         for (int64_t c = 0; c < cnt; ++c) mx[c] = nan_max(mx[c], value(d, c));
-      for (int64_t d = 0; d < n; ++d)
-        for (int64_t c = 0; c < cnt; ++c) sum[c] += std::exp(value(d, c) - mx[c]);
-      for (int64_t d = 0; d < n; ++d)
-        for (int64_t c = 0; c < cnt; ++c)
-          base[d * inner + i0 + c] = static_cast<T>(std::exp(value(d, c) - mx[c]) / sum[c]);
+      if constexpr (sizeof(T) >= 4) {
+        // float/double hold exp(v - max) to within their own rounding: store it
+        // and rescale, one exp per element instead of two.
+        for (int64_t d = 0; d < n; ++d)
+          for (int64_t c = 0; c < cnt; ++c) {
+            const acc_t e = std::exp(value(d, c) - mx[c]);
+            sum[c] += e;
+            base[d * inner + i0 + c] = static_cast<T>(e);
+          }
+        for (int64_t d = 0; d < n; ++d)
+          for (int64_t c = 0; c < cnt; ++c) {
+            T& out = base[d * inner + i0 + c];
+            out = static_cast<T>(static_cast<acc_t>(out) / sum[c]);
+          }
+      } else {
+        // Half types would round exp(v - max) twice: compute it again instead.
+        for (int64_t d = 0; d < n; ++d)
+          for (int64_t c = 0; c < cnt; ++c) sum[c] += std::exp(value(d, c) - mx[c]);
+        for (int64_t d = 0; d < n; ++d)
+          for (int64_t c = 0; c < cnt; ++c)
+            base[d * inner + i0 + c] = static_cast<T>(std::exp(value(d, c) - mx[c]) / sum[c]);
+      }
     }
   }
 }
