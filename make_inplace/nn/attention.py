@@ -183,14 +183,22 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
 
         weights = None
         if materialize:
-            scores = torch.matmul(q, k.transpose(-2, -1))  # (N, H, L, S): the one big buffer
+            graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+            scores = _batched_matmul(q, k.transpose(-2, -1), graph)  # (N, H, L, S): the one big buffer
             del q, k
             probs = softmax_(scores, -1, scale=1.0 / math.sqrt(head_dim), causal=causal, mask=additive)
             del scores
             if dropout_p > 0.0:
                 # Out of place under autograd: softmax_ saved the probabilities for its backward.
                 probs = F.dropout(probs, dropout_p, training=True, inplace=not (torch.is_grad_enabled() and probs.requires_grad))
-            out = torch.matmul(probs, v)
+            if graph:
+                attn = torch.matmul(probs, v).transpose(1, 2).reshape(n, tgt_len, e)
+            else:
+                # Written straight into the (N, L, H, D) layout the projection reads.
+                attn = probs.new_empty(n, tgt_len, heads, head_dim)
+                for b in range(n):
+                    torch.bmm(probs[b], v[b], out=attn[b].transpose(0, 1))
+                attn = attn.view(n, tgt_len, e)
             if need_weights:
                 weights = probs.mean(dim=1) if average_attn_weights else probs
             del probs, v
@@ -200,8 +208,8 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             del q, k, v
             # SDPA's backward reads its output: overwrite it only when no graph is kept.
             owned = not (torch.is_grad_enabled() and out.requires_grad)
-        attn = out.transpose(1, 2).reshape(n, tgt_len, e)
-        del out
+            attn = out.transpose(1, 2).reshape(n, tgt_len, e)
+            del out
         if owned:
             attn, _ = linear_maybe_inplace(attn, self.out_proj.weight, self.out_proj.bias)
         else:
@@ -283,3 +291,19 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             return causal, None, ~blocked  # SDPA's bool masks mark the allowed positions
         masks = [_additive(m, dtype) for m in masks]
         return causal, None, masks[0] if len(masks) == 1 else masks[0] + masks[1]
+
+
+def _batched_matmul(a: torch.Tensor, b: torch.Tensor, graph: bool) -> torch.Tensor:
+    """a @ b over (N, H) batches of strided views, with no copy of a or b.
+
+    torch.matmul folds (N, H) into one batch dim, which copies views whose N
+    and H strides do not chain (q, k and v are views of the packed
+    projection). Without a graph, one strided-batched GEMM per batch entry
+    writes straight into the result instead.
+    """
+    if graph:
+        return torch.matmul(a, b)
+    out = a.new_empty(a.shape[0], a.shape[1], a.shape[2], b.shape[3])
+    for i in range(a.shape[0]):
+        torch.bmm(a[i], b[i], out=out[i])
+    return out
