@@ -24,17 +24,21 @@ class ConversionReport:
     """What ``convert_`` did: ``replaced`` and ``skipped`` entries, in module order.
 
     ``replaced``: (qualified name, old type name, new type name).
-    ``skipped``: (qualified name, type name, reason). Names are as in
-    ``model.named_modules()`` ('' is the model itself).
+    ``skipped``: (qualified name, type name, reason). ``notes``: (qualified
+    name, other change made there). Names are as in ``model.named_modules()``
+    ('' is the model itself).
     """
 
     replaced: list[tuple[str, str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    # (qualified name, what else was changed there and why).
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"convert_: replaced {len(self.replaced)}, skipped {len(self.skipped)}"]
         lines += [f"  replaced {name or '<model>'}: {old} -> {new}" for name, old, new in self.replaced]
         lines += [f"  skipped  {name or '<model>'} ({kind}): {why}" for name, kind, why in self.skipped]
+        lines += [f"  note     {name or '<model>'}: {what}" for name, what in self.notes]
         return "\n".join(lines)
 
 
@@ -95,6 +99,12 @@ def _convert(module: nn.Module, name: str, report: ConversionReport) -> nn.Modul
         new = _convert(child, qualified, report)
         if new is not child:
             setattr(module, child_name, new)
+    if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
+        if isinstance(module.layers[0], InplaceTransformerEncoderLayer):
+            # Its forward decides on nested tensors from a flag set in __init__,
+            # without looking at the layers again; ours take padded batches.
+            module.use_nested_tensor = False
+            report.notes.append((name, "use_nested_tensor set to False: the in-place layers take padded batches"))
     return module
 
 
@@ -110,7 +120,11 @@ def convert_(model: nn.Module) -> nn.Module:
     left alone: a bare ``nn.Linear``/``nn.LayerNorm``/``nn.Softmax`` is not
     made in place, because its input may be read again after the call.
     Skipped: ``batch_first=False``, ``add_bias_kv``/``add_zero_attn``,
-    subclasses (their forward may differ) and modules with hooks.
+    subclasses (their forward may differ) and modules with hooks. An
+    ``nn.TransformerEncoder`` whose layers were replaced gets
+    ``use_nested_tensor = False`` (its nested-tensor fast path would hand the
+    new layers nested tensors); padded positions then hold computed values
+    where torch's nested path returns zeros.
 
     Returns ``model`` (or, when ``model`` itself is one of the two layer
     types, its replacement). What was replaced and what was skipped and why is

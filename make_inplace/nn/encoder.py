@@ -59,10 +59,10 @@ class InplaceTransformerEncoderLayer(nn.Module):
       gelu and dropout only without a graph, since their backward would read
       the overwritten values).
 
-    Training with autograd works and matches torch's gradients. A module in
-    ``nn.TransformerEncoder`` gets no nested-tensor fast path (it is not a
-    ``nn.TransformerEncoderLayer``), so padded positions hold computed values
-    where torch's nested path returns zeros.
+    Training with autograd works and matches torch's gradients. Nested
+    tensors are refused: inside ``nn.TransformerEncoder`` set
+    ``use_nested_tensor = False`` (``make_inplace.convert_`` does), and padded
+    positions then hold computed values where torch's nested path returns zeros.
 
     Example::
 
