@@ -9,14 +9,16 @@ from torch import nn
 
 from .nn.attention import InplaceMultiheadAttention
 from .nn.encoder import InplaceTransformerEncoderLayer
+from .nn.layer_norm import InplaceLayerNorm
 from .nn.linear import InplaceLinear
+from .nn.softmax import InplaceSoftmax
 
 logger = logging.getLogger(__name__)
 
 # Left alone: their in-place versions are only safe where the caller knows the
 # input is not read again, which a model's module tree does not tell.
 _UNSAFE_ALONE = (nn.Linear, nn.LayerNorm, nn.Softmax)
-_OURS = (InplaceMultiheadAttention, InplaceTransformerEncoderLayer, InplaceLinear)
+_OURS = (InplaceMultiheadAttention, InplaceTransformerEncoderLayer, InplaceLinear, InplaceLayerNorm, InplaceSoftmax)
 
 
 @dataclass
