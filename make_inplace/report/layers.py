@@ -114,7 +114,7 @@ def rows(device: torch.device) -> list[Row]:
         out.append(
             _compare(
                 device,
-                "InplaceTransformerEncoderLayer",
+                "InplaceTransformerEncoderLayer vs " + ("fast path" if fast else "eager"),
                 dtype,
                 shape + f" h={heads} ff={ff}",
                 make_input,
