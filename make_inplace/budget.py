@@ -287,7 +287,8 @@ def run_memory_budget(
                 result["fast_path_taken"][dtype_name] = _fast_path_taken(modules["torch_fastpath"][0], probe_x)
             del probe_x
         result["points"][dtype_name] = {}
-        result["fits"][dtype_name] = {}
+        if result["memory_measured"]:
+            result["fits"][dtype_name] = {}
         for row, (module, fast_path) in modules.items():
             with torch.no_grad(), _FastPath(fast_path):
                 module(torch.randn(1, 8, cfg.d_model, device=device, dtype=dtype))  # one-time allocations first

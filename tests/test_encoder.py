@@ -99,6 +99,24 @@ def test_inference_matches_torch_fast_path_and_leaves_src_alone(norm_first, acti
     torch.testing.assert_close(got, expected, rtol=3e-5, atol=3e-5)
 
 
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_inference_in_place_activations_match_torch_eager(activation):
+    """Fast path off: torch's native path runs exact gelu even for GELU(approximate="tanh")."""
+    torch.manual_seed(5)
+    ref, ours = _pair(16, 2, activation=ACTIVATIONS[activation])
+    ref.eval(), ours.eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    saved = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            expected = ref(x)
+            got = ours(x)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(saved)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
 def test_dropout_in_training_matches_torch_with_the_same_seed():
     """Attention and feed-forward dropouts draw the same masks as torch's.
 
