@@ -191,9 +191,9 @@ def _measure(cfg: BudgetConfig, module: nn.Module, fast_path: bool, dtype: torch
                 x = torch.randn(cfg.batch, seq_len, cfg.d_model, device=device, dtype=dtype)
             if timed:
                 once = lambda: module(x)  # noqa: E731
-                estimate = time_ms(once, device, warmup=1, reps=1)
-                reps = 1 if estimate > 1000 else 3 if estimate > 100 else 10
-                point["ms"] = time_ms(once, device, warmup=0, reps=reps)
+                # The memory run warmed it up; long points (seconds each) keep one sample.
+                first = time_ms(once, device, warmup=0 if device.type == "cuda" else 1, reps=1)
+                point["ms"] = first if first > 1000 else time_ms(once, device, warmup=0, reps=3 if first > 100 else 10)
     except torch.cuda.OutOfMemoryError:
         point["status"] = "oom"
     finally:
