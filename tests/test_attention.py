@@ -307,6 +307,8 @@ def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
     n, h, e, length, dtype = 4, 16, 1024, 1024, torch.float16
     scores_bytes = n * h * length * length * 2
     peaks = {}
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # torch eager, as in the comparison
     for name in ("torch", "ours"):
         ref, ours = _pair(e, h, dtype=dtype, device="cuda")
         module = (ref if name == "torch" else ours).eval()
@@ -318,6 +320,7 @@ def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
             x = torch.randn(n, length, e, dtype=dtype, device="cuda")
             peaks[name] = cuda_peak_extra(lambda: module(x, x, x, need_weights=True, average_attn_weights=False))
         del ref, ours, module, x
+    torch.backends.mha.set_fastpath_enabled(fast_path)
     # Both end holding the output and the per-head weights. At torch's peak it
     # also holds the scores beside the probabilities; at ours we hold the
     # packed projection (which torch may have freed) and the attention output
