@@ -309,18 +309,20 @@ def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
     peaks = {}
     fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # torch eager, as in the comparison
-    for name in ("torch", "ours"):
-        ref, ours = _pair(e, h, dtype=dtype, device="cuda")
-        module = (ref if name == "torch" else ours).eval()
-        with torch.no_grad():
-            small = torch.randn(1, 8, e, dtype=dtype, device="cuda")
-            module(small, small, small)  # one-time allocations (cuBLAS workspace) first
-            del small
-            fresh_cuda_memory()
-            x = torch.randn(n, length, e, dtype=dtype, device="cuda")
-            peaks[name] = cuda_peak_extra(lambda: module(x, x, x, need_weights=True, average_attn_weights=False))
-        del ref, ours, module, x
-    torch.backends.mha.set_fastpath_enabled(fast_path)
+    try:
+        for name in ("torch", "ours"):
+            ref, ours = _pair(e, h, dtype=dtype, device="cuda")
+            module = (ref if name == "torch" else ours).eval()
+            with torch.no_grad():
+                small = torch.randn(1, 8, e, dtype=dtype, device="cuda")
+                module(small, small, small)  # one-time allocations (cuBLAS workspace) first
+                del small
+                fresh_cuda_memory()
+                x = torch.randn(n, length, e, dtype=dtype, device="cuda")
+                peaks[name] = cuda_peak_extra(lambda: module(x, x, x, need_weights=True, average_attn_weights=False))
+            del ref, ours, module, x
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
     # Both end holding the output and the per-head weights. At torch's peak it
     # also holds the scores beside the probabilities; at ours we hold the
     # packed projection (which torch may have freed) and the attention output
