@@ -22,6 +22,15 @@ else:
     DTYPES = [torch.float16, torch.bfloat16]
 
 
+def _skip_compile(impl: str, shape: tuple) -> None:
+    if impl != "torch.compile":
+        return
+    if SHORT:
+        pytest.skip("torch.compile rows run in the full (GPU) mode")
+    if shape != SHAPES[0]:
+        pytest.skip("torch.compile rows at the first shape only (each compile takes tens of seconds)")
+
+
 def _fast_path(enabled: bool):
     """A function that runs fn with torch's MHA fast path switched as asked."""
 
@@ -55,8 +64,7 @@ def _label(dtype, n, length, d, h):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n,length,d,h", SHAPES)
 def test_linear(benchmark, n, length, d, h, dtype, impl):
-    if impl == "torch.compile" and SHORT:
-        pytest.skip("torch.compile rows run in the full (GPU) mode")
+    _skip_compile(impl, (n, length, d, h))
     torch.manual_seed(0)
     linear = nn.Linear(d, d, device=DEVICE, dtype=dtype).requires_grad_(False)
     with torch.no_grad():
@@ -90,8 +98,7 @@ def test_multihead_attention(benchmark, n, length, d, h, dtype, need_weights, im
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n,length,d,h", SHAPES)
 def test_transformer_encoder_layer(benchmark, n, length, d, h, dtype, impl):
-    if impl == "torch.compile" and SHORT:
-        pytest.skip("torch.compile rows run in the full (GPU) mode")
+    _skip_compile(impl, (n, length, d, h))
     torch.manual_seed(0)
     ff = 4 * d
     layer = nn.TransformerEncoderLayer(d, h, ff, dropout=0.0, batch_first=True, device=DEVICE, dtype=dtype).eval()
