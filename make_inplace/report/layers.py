@@ -39,15 +39,18 @@ def _compare(
             x = make_input()
             expected = reference(x.clone())
             error = relative_error(ours(x.clone()), expected)
-            del expected
+            del expected, x
             ours_bytes = torch_bytes = None
             if device.type == "cuda":
+                # Each measurement from an emptied cache, its input made after.
                 fresh_cuda_memory()
                 x = make_input()
                 ours_bytes = cuda_peak_extra(lambda: ours(x), device).reserved
+                del x
                 fresh_cuda_memory()
                 x = make_input()
                 torch_bytes = cuda_peak_extra(lambda: reference(x), device).reserved
+                del x
             x = make_input()
             ours_ms = time_ms(lambda: ours(x), device)
             torch_ms = time_ms(lambda: reference(x), device)
