@@ -230,6 +230,21 @@ def test_in_place_ops_are_used_where_autograd_allows(monkeypatch):
     assert len(matmul_calls) == 4
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_strided_batched_products_match_matmul(device):
+    """The no-copy products the CUDA inference path uses, checked on every device."""
+    n, length, h, d = 3, 5, 2, 4
+    proj = torch.randn(n, length, 3, h, d, dtype=torch.float64, device=device)
+    q, k, v = (t.transpose(1, 2) for t in proj.unbind(2))
+    scores = attention_module._batched_matmul(q, k.transpose(-2, -1), True)
+    torch.testing.assert_close(scores, torch.matmul(q, k.transpose(-2, -1)), rtol=1e-12, atol=1e-12)
+    probs = scores.softmax(-1)
+    got = attention_module._weighted_values(probs, v, True)
+    expected = attention_module._weighted_values(probs, v, False)
+    assert got.shape == (n, length, h * d) and got.is_contiguous()
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_from_torch_shares_parameters_and_mode():
     ref = nn.MultiheadAttention(8, 2, batch_first=True, dropout=0.1).eval()
     ours = InplaceMultiheadAttention.from_torch(ref)

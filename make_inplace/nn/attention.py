@@ -171,7 +171,7 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             raise ValueError(
                 f"InplaceMultiheadAttention: key and value must be (N, S, .) with query's N={n}; got key {tuple(key.shape)}, value {tuple(value.shape)}"
             )
-        heads, head_dim = self.num_heads, self.head_dim
+        head_dim = self.head_dim
 
         q, k, v = self._project(query, key, value, n, tgt_len, src_len)
 
@@ -184,21 +184,17 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         weights = None
         if materialize:
             graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-            scores = _batched_matmul(q, k.transpose(-2, -1), graph)  # (N, H, L, S): the one big buffer
+            # Per-batch strided GEMMs (no copies of q, k, v) on CUDA; CPU BLAS is
+            # slow on these strides, so CPU takes torch.matmul's copies instead.
+            strided = not graph and q.is_cuda
+            scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
             del q, k
             probs = softmax_(scores, -1, scale=1.0 / math.sqrt(head_dim), causal=causal, mask=additive)
             del scores
             if dropout_p > 0.0:
                 # Out of place under autograd: softmax_ saved the probabilities for its backward.
                 probs = F.dropout(probs, dropout_p, training=True, inplace=not (torch.is_grad_enabled() and probs.requires_grad))
-            if graph:
-                attn = torch.matmul(probs, v).transpose(1, 2).reshape(n, tgt_len, e)
-            else:
-                # Written straight into the (N, L, H, D) layout the projection reads.
-                attn = probs.new_empty(n, tgt_len, heads, head_dim)
-                for b in range(n):
-                    torch.bmm(probs[b], v[b], out=attn[b].transpose(0, 1))
-                attn = attn.view(n, tgt_len, e)
+            attn = _weighted_values(probs, v, strided)
             if need_weights:
                 weights = probs.mean(dim=1) if average_attn_weights else probs
             del probs, v
@@ -293,17 +289,34 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         return causal, None, masks[0] if len(masks) == 1 else masks[0] + masks[1]
 
 
-def _batched_matmul(a: torch.Tensor, b: torch.Tensor, graph: bool) -> torch.Tensor:
-    """a @ b over (N, H) batches of strided views, with no copy of a or b.
+def _batched_matmul(a: torch.Tensor, b: torch.Tensor, strided: bool) -> torch.Tensor:
+    """a @ b over (N, H) batches of views.
 
     torch.matmul folds (N, H) into one batch dim, which copies views whose N
     and H strides do not chain (q, k and v are views of the packed
-    projection). Without a graph, one strided-batched GEMM per batch entry
-    writes straight into the result instead.
+    projection). With ``strided`` (no autograd graph: ``out=`` is refused
+    under one), one strided-batched GEMM per batch entry writes straight into
+    the result instead, with no copy of a or b.
     """
-    if graph:
+    if not strided:
         return torch.matmul(a, b)
     out = a.new_empty(a.shape[0], a.shape[1], a.shape[2], b.shape[3])
     for i in range(a.shape[0]):
         torch.bmm(a[i], b[i], out=out[i])
     return out
+
+
+def _weighted_values(probs: torch.Tensor, v: torch.Tensor, strided: bool) -> torch.Tensor:
+    """probs (N, H, L, S) @ v (N, H, S, D) as the (N, L, H * D) input of the output projection.
+
+    With ``strided``, each batch entry's GEMM writes straight into the
+    (N, L, H, D) layout; otherwise torch.matmul and a transposing copy.
+    """
+    n, heads, tgt_len, _ = probs.shape
+    head_dim = v.shape[-1]
+    if not strided:
+        return torch.matmul(probs, v).transpose(1, 2).reshape(n, tgt_len, heads * head_dim)
+    out = probs.new_empty(n, tgt_len, heads, head_dim)
+    for i in range(n):
+        torch.bmm(probs[i], v[i], out=out[i].transpose(0, 1))
+    return out.view(n, tgt_len, heads * head_dim)
