@@ -380,6 +380,17 @@ def format_summary(result: dict) -> str:
                     for f in fits
                 ]
                 lines.append(f"{dtype_name:9s} {row:20s} " + "  ".join(cells))
+    if result.get("summary"):
+        lines.append(
+            "ratios make_inplace / torch (memory: peak extra reserved; time: ms). weights: vs torch eager "
+            "need_weights=True (target mem <= 0.55); no weights: mem vs torch's lowest-memory row, time vs its fastest"
+        )
+        for e in result["summary"]:
+            lines.append(
+                f"{e['dtype']:9s} L={e['seq_len']:<7d} weights mem {_fmt(e['weights_mem_ratio'], 3)} time {_fmt(e['weights_time_ratio'], 3)}"
+                f" | no weights mem {_fmt(e['no_weights_mem_ratio'], 3)} (vs {e['lowest_torch_row']})"
+                f" time {_fmt(e['no_weights_time_ratio'], 3)} (vs {e['fastest_torch_row']})"
+            )
     if result.get("fast_path_taken"):
         lines.append(f"torch fast path taken: {result['fast_path_taken']}")
     return "\n".join(lines)
