@@ -8,11 +8,14 @@ seconds (times only).
 
     python benchmarks/memory_budget.py --out out/memory_budget
     python benchmarks/memory_budget.py --seq-lens 1024,2048,4096 --dtypes float16 --budgets 4,16 --out out/mb
+    python benchmarks/memory_budget.py --from-json out/memory_budget/memory_budget.json --out out/plot
+      (tables, CSV and plot again from a saved run, e.g. where matplotlib is installed)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -20,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from make_inplace.budget import ROWS, default_config, run_memory_budget  # noqa: E402
+from make_inplace.budget import ROWS, default_config, format_summary, run_memory_budget, write_outputs  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -45,7 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refine-steps", type=int, default=None, help="bisection steps for the longest fitting length")
     parser.add_argument("--rows", type=lambda t: t.split(","), default=None, help=f"subset of {','.join(ROWS)}")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--from-json", default=None, help="re-write tables/CSV/plot from a saved memory_budget.json; runs nothing")
     args = parser.parse_args(argv)
+
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+        print(format_summary(result))
+        if args.out:
+            write_outputs(result, args.out, plot=not args.no_plot)
+        return 0
 
     device = torch.device(args.device) if args.device else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     cfg = default_config(device)
