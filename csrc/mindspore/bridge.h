@@ -35,7 +35,7 @@ enum Status : int {
 // hidden visibility, so nothing else is exported).
 #define MAKE_INPLACE_MS_EXPORT extern "C" __attribute__((visibility("default")))
 
-// Keeps `text` as the calling thread's last error (see last_error.cpp).
+// Keeps `text` as the last error message (see last_error.cpp).
 void set_last_error(const char* text);
 
 // Formats a message, stores and prints it, returns `code`.
