@@ -34,7 +34,7 @@ common = dict(
 sources = [os.path.relpath(s) for s in _sources.cpu_sources()]
 if with_cuda:
     sources += [os.path.relpath(s) for s in _sources.cuda_sources()]
-    ext = cpp_extension.CUDAExtension(sources=sources, libraries=["cublas"], **common)
+    ext = cpp_extension.CUDAExtension(sources=sources, **common)
 else:
     ext = cpp_extension.CppExtension(sources=sources, **common)
 

@@ -10,6 +10,8 @@
 namespace make_inplace {
 namespace {
 
+constexpr int64_t kMinCpuPanelRows = 128;
+
 void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, bool transpose,
                        std::optional<int64_t> workspace_bytes) {
@@ -23,7 +25,9 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   const int64_t panel_rows =
       std::min(rows, workspace_bound(x, workspace_bytes) / row_bytes);
 
-  if (panel_rows == 0) {
+  // Panels of a few rows turn into many tiny GEMM calls whose threading
+  // overhead dominates; the row kernel is faster there and uses less memory.
+  if (panel_rows < std::min<int64_t>(rows, kMinCpuPanelRows)) {
     // The torch-free kernel (shared with the MindSpore bridge) gets chunks of
     // rows from ATen's thread pool; one row's results live in an n-element
     // accumulator per worker, the only memory it uses.

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds and links the CUDA extension on a machine without a GPU, so CUDA code
+# that does not compile fails CI. The CPU torch lacks CUDA headers, so this uses
+# a cached virtual environment with torch==2.11.0 (the CUDA 13.0 build the GPU
+# machines run) and its nvidia/cu13 headers and libraries with the machine's
+# CUDA 13.0 nvcc. The build goes to a temporary directory, not the source tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${MAKE_INPLACE_CUDA_VENV:-$HOME/.cache/make_inplace/venv-torch-2.11.0-cu130}
+if ! "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("2.11.0") and torch.version.cuda' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==2.11.0" numpy setuptools wheel ninja 2>&1 | grep -v "^WARNING: Location" || true
+fi
+site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+export CPATH=$site/nvidia/cu13/include${CPATH:+:$CPATH}
+export LIBRARY_PATH=$site/nvidia/cu13/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "building the CUDA extension with $("$venv/bin/python" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
+"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true
+lib=$(ls "$out"/lib/make_inplace/_C*.so)
+"$venv/bin/python" - "$lib" <<'PY'
+import sys, torch
+torch.ops.load_library(sys.argv[1])
+backends = torch.ops.make_inplace.build_backends()
+assert "cuda" in backends, backends
+print("CUDA extension built, linked and loaded (no GPU needed):", sys.argv[1].rsplit("/", 1)[-1], backends)
+PY

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One batched GPU session on the device machine (torch 2.11 + CUDA 13.0, sm_90):
+# build in place, then the steps named as arguments, logs and JSON under $OUT.
+#   steps: tests[=PYTEST_K]  bench[=FILES]  report  sweep  budget  mindspore
+# Example: OUT=/tmp/out bash scripts/gpu_session.sh tests bench report
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/make_inplace_out}
+mkdir -p "$OUT"
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "commit $commit torch $($py -c 'import torch; print(torch.__version__)')" | tee -a "$OUT/gpu.txt"
+t0=$(date +%s)
+$py setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - t0 )) s"
+status=0
+for step in "$@"; do
+  name=${step%%=*}; arg=${step#*=}; [ "$arg" = "$step" ] && arg=""
+  echo "=== $name $arg ($(date +%T))"
+  case $name in
+    tests)
+      $py -m pytest tests -q -m "not build_routes" -p no:cacheprovider ${arg:+-k "$arg"} \
+        --junitxml="$OUT/tests.xml" 2>&1 | tail -n 60 | tee "$OUT/tests.log" || status=1 ;;
+    bench)
+      $py -m pytest ${arg:-benchmarks} -q -p no:cacheprovider --benchmark-only --benchmark-group-by=group \
+        --benchmark-columns=median,ops --benchmark-json="$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+      tail -n 5 "$OUT/bench.log"
+      $py scripts/bench_summary.py "$OUT/bench.json" | tee "$OUT/bench_summary.txt" ;;
+    report)
+      $py -m make_inplace --json "$OUT/report.json" 2>&1 | tee "$OUT/report.log" || status=1 ;;
+    sweep)
+      $py benchmarks/sweep_square_matmul_fused.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
+    budget)
+      $py benchmarks/memory_budget.py --out "$OUT/budget" 2>&1 | tail -n 40 || status=1 ;;
+    *) echo "unknown step $name"; status=1 ;;
+  esac
+done
+echo "=== done in $(( $(date +%s) - t0 )) s, status $status"
+exit $status
