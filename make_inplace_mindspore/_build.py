@@ -10,7 +10,7 @@ include directory of an installed torch is passed as headers only
 
 Used by setup.py (``MAKE_INPLACE_BUILD_MINDSPORE=1``) and scripts/mindspore_test.sh::
 
-    python -m make_inplace_mindspore._build --c10-include "$(python -c 'import torch.utils.cpp_extension as c; print(c.include_paths()[0])')"
+    python make_inplace_mindspore/_build.py --c10-include "$(python -c 'import torch.utils.cpp_extension as c; print(c.include_paths()[0])')"
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def library_path(target: str | None = None) -> str:
     if not os.path.isfile(path):
         raise RuntimeError(
             f"make_inplace_mindspore: {path} not found; build it with "
-            "`python -m make_inplace_mindspore._build --c10-include <torch include dir>` "
+            "`python make_inplace_mindspore/_build.py --c10-include <torch include dir>` "
             f"(add --cuda for the GPU library) or set {LIB_DIR_ENV}"
         )
     return path
