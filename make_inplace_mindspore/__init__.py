@@ -24,6 +24,19 @@ Example:
 """
 
 from ._library import last_error, library_path
+from .outer_product import outer_product, outer_product_backward_op, outer_product_op
 from .square_matmul import square_matmul, square_matmul_op
+from .trilinear import trilinear_backward_op, trilinear_interpolation, trilinear_interpolation_op
 
-__all__ = ["last_error", "library_path", "square_matmul", "square_matmul_op"]
+__all__ = [
+    "last_error",
+    "library_path",
+    "outer_product",
+    "outer_product_backward_op",
+    "outer_product_op",
+    "square_matmul",
+    "square_matmul_op",
+    "trilinear_backward_op",
+    "trilinear_interpolation",
+    "trilinear_interpolation_op",
+]

@@ -8,7 +8,9 @@ mode forward and gradient go through a compiled Cell.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import sys
 
 import mindspore as ms
@@ -96,3 +98,33 @@ def grads(op, inputs, cotangents, positions):
     loss = _Loss(op, [ms.Tensor(c) for c in cotangents])
     g = ms.grad(loss, grad_position=tuple(positions))(*inputs)
     return g if isinstance(g, tuple) else (g,)
+
+
+def call_entry(name: str, arrays: list[np.ndarray], dtypes: list[str]) -> int:
+    """Calls a CPU entry point directly with the AOT convention (inputs, then outputs)."""
+    import make_inplace_mindspore as mims
+
+    lib = ctypes.CDLL(mims.library_path("CPU"))
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_int
+    n = len(arrays)
+    params = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
+    ndims = (ctypes.c_int * n)(*[a.ndim for a in arrays])
+    shape_arrays = [(ctypes.c_int64 * max(a.ndim, 1))(*a.shape) for a in arrays]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in shape_arrays])
+    types = (ctypes.c_char_p * n)(*[d.encode() for d in dtypes])
+    return fn(n, params, ndims, shapes, types, None, None)
+
+
+def assert_refused(name: str, arrays: list[np.ndarray], dtypes: list[str], outputs: int, match: str) -> None:
+    """The entry point returns non-zero, keeps a message matching `match`, and
+    leaves every array (outputs included) unchanged."""
+    import make_inplace_mindspore as mims
+
+    before = [a.copy() for a in arrays]
+    assert call_entry(name, arrays, dtypes) != 0
+    message = mims.last_error("CPU")
+    assert re.search(match, message), message
+    assert name in message
+    for a, b in zip(arrays, before):
+        np.testing.assert_array_equal(a, b)

@@ -172,9 +172,11 @@ inline int parse_outer_backward(const Call& c, OuterArgs* o) {
   return check_dtype(c, 4, "grad_b", o->kind, "a");
 }
 
-// Contiguous (batch, rows[, cols]) views for the outer product kernels.
-inline kernels::OuterInput outer_input(const void* data, int64_t rows, int64_t cols) {
-  return {data, {rows * cols, cols, 1}};
+// Contiguous views for the outer product kernels: (batch, n) operands and
+// the (batch, n, m) gradient, strides per dimension of the view.
+inline kernels::OuterInput outer_vector(const void* data, int64_t n) { return {data, {n, 1, 0}}; }
+inline kernels::OuterInput outer_matrix(const void* data, int64_t n, int64_t m) {
+  return {data, {n * m, m, 1}};
 }
 
 }  // namespace make_inplace::mindspore

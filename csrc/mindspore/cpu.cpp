@@ -48,8 +48,8 @@ int outer_product_forward(Call c) {
   OuterArgs o{};
   if (int rc = parse_outer_forward(c, &o)) return rc;
   return kernel_result(c, "outer_product_forward_cpu",
-                       kernels::outer_product_forward_cpu(o.kind, outer_input(c.arg(0).data, 1, o.n),
-                                                          outer_input(c.arg(1).data, 1, o.m), c.arg(2).data, o.batch,
+                       kernels::outer_product_forward_cpu(o.kind, outer_vector(c.arg(0).data, o.n),
+                                                          outer_vector(c.arg(1).data, o.m), c.arg(2).data, o.batch,
                                                           o.n, o.m));
 }
 
@@ -58,8 +58,8 @@ int outer_product_backward(Call c) {
   if (int rc = parse_outer_backward(c, &o)) return rc;
   return kernel_result(c, "outer_product_backward_cpu",
                        kernels::outer_product_backward_cpu(
-                           o.kind, outer_input(c.arg(0).data, o.n, o.m), outer_input(c.arg(1).data, 1, o.n),
-                           outer_input(c.arg(2).data, 1, o.m), c.arg(3).data, c.arg(4).data, o.batch, o.n, o.m,
+                           o.kind, outer_matrix(c.arg(0).data, o.n, o.m), outer_vector(c.arg(1).data, o.n),
+                           outer_vector(c.arg(2).data, o.m), c.arg(3).data, c.arg(4).data, o.batch, o.n, o.m,
                            /*accumulate=*/false));
 }
 
