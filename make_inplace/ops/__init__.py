@@ -1,12 +1,16 @@
 """The functional API: one thin typed function per op."""
 
+from .layer_norm import layer_norm_
 from .outer_product import outer_product, outer_product_backward
+from .softmax import softmax_
 from .square_matmul import square_matmul_
 from .trilinear import trilinear_interpolation, trilinear_interpolation_backward
 
 __all__ = [
+    "layer_norm_",
     "outer_product",
     "outer_product_backward",
+    "softmax_",
     "square_matmul_",
     "trilinear_interpolation",
     "trilinear_interpolation_backward",

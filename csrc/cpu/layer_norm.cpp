@@ -1,0 +1,67 @@
+// layer_norm_ / layer_norm_stats_ / layer_norm_backward on the CPU: checks,
+// then the torch-free kernels.
+#include <torch/library.h>
+
+#include "make_inplace/kernels/layer_norm.h"
+#include "make_inplace/layer_norm.h"
+#include "make_inplace/torch_kinds.h"
+
+namespace make_inplace {
+namespace {
+
+void layer_norm_cpu(const at::Tensor& x, at::IntArrayRef normalized_shape,
+                    const std::optional<at::Tensor>& weight,
+                    const std::optional<at::Tensor>& bias, double eps) {
+  const LayerNormPlan p = check_layer_norm_args(x, normalized_shape, weight, bias, eps);
+  if (x.numel() == 0) return;
+  kernels::layer_norm_forward_cpu(scalar_kind(x.scalar_type()), x.data_ptr(),
+                                  data_or_null(weight), data_or_null(bias), p.rows,
+                                  p.n, eps, nullptr, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cpu(
+    const at::Tensor& x, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    double eps) {
+  const LayerNormPlan p = check_layer_norm_args(x, normalized_shape, weight, bias, eps);
+  const auto opts = x.options().dtype(layer_norm_stat_dtype(x.scalar_type()));
+  at::Tensor mean = at::empty(p.batch_shape, opts);
+  at::Tensor rstd = at::empty(p.batch_shape, opts);
+  if (x.numel() == 0) return {mean, rstd};
+  kernels::layer_norm_forward_cpu(scalar_kind(x.scalar_type()), x.data_ptr(),
+                                  data_or_null(weight), data_or_null(bias), p.rows,
+                                  p.n, eps, mean.data_ptr(), rstd.data_ptr());
+  return {mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
+    const at::Tensor& grad_output, const at::Tensor& output,
+    at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const at::Tensor& rstd,
+    std::array<bool, 3> output_mask) {
+  const LayerNormPlan p = check_layer_norm_backward_args(
+      grad_output, output, normalized_shape, weight, bias, rstd);
+  LayerNormGrads g = allocate_layer_norm_grads(output, weight, bias, output_mask);
+  if (p.rows == 0 || p.n == 0) {
+    // No rows: nothing flows; the parameter grads are sums over no rows.
+    if (g.grad_weight.defined()) g.grad_weight.zero_();
+    if (g.grad_bias.defined()) g.grad_bias.zero_();
+    return {g.grad_input, g.grad_weight, g.grad_bias};
+  }
+  kernels::layer_norm_backward_cpu(
+      scalar_kind(output.scalar_type()), grad_output.const_data_ptr(),
+      output.const_data_ptr(), data_or_null(weight), data_or_null(bias),
+      rstd.const_data_ptr(), p.rows, p.n, data_or_null(g.grad_input),
+      data_or_null(g.grad_weight), data_or_null(g.grad_bias));
+  return {g.grad_input, g.grad_weight, g.grad_bias};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(make_inplace, CPU, m) {
+  m.impl("layer_norm_", &layer_norm_cpu);
+  m.impl("layer_norm_stats_", &layer_norm_stats_cpu);
+  m.impl("layer_norm_backward", &layer_norm_backward_cpu);
+}
+
+}  // namespace make_inplace

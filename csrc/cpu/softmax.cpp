@@ -1,0 +1,37 @@
+// softmax_ / softmax_backward on the CPU: checks, then the torch-free kernel.
+#include <torch/library.h>
+
+#include "make_inplace/softmax.h"
+#include "make_inplace/torch_kinds.h"
+
+namespace make_inplace {
+namespace {
+
+void softmax_cpu(const at::Tensor& x, int64_t dim, std::optional<double> scale,
+                 bool causal, const std::optional<at::Tensor>& mask) {
+  const SoftmaxPlan p = check_softmax_args(x, dim, scale, causal, mask);
+  if (x.numel() == 0) return;
+  kernels::softmax_forward_cpu(scalar_kind(x.scalar_type()), x.data_ptr(), p.outer,
+                               p.n, p.inner, p.scale, p.causal_rows, p.mask);
+}
+
+at::Tensor softmax_backward_cpu(const at::Tensor& grad_output,
+                                const at::Tensor& output, int64_t dim,
+                                double scale) {
+  const SoftmaxPlan p = check_softmax_backward_args(grad_output, output, dim, scale);
+  at::Tensor grad_input = at::empty_like(output);
+  if (output.numel() == 0) return grad_input;
+  kernels::softmax_backward_cpu(scalar_kind(output.scalar_type()),
+                                grad_output.const_data_ptr(), output.const_data_ptr(),
+                                grad_input.data_ptr(), p.outer, p.n, p.inner, p.scale);
+  return grad_input;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(make_inplace, CPU, m) {
+  m.impl("softmax_", &softmax_cpu);
+  m.impl("softmax_backward", &softmax_backward_cpu);
+}
+
+}  // namespace make_inplace

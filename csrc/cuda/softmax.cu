@@ -1,0 +1,43 @@
+// softmax_ / softmax_backward on CUDA: checks, then the torch-free kernels on
+// the current stream under a device guard.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "make_inplace/softmax.h"
+#include "make_inplace/torch_kinds.h"
+
+namespace make_inplace {
+namespace {
+
+void softmax_cuda(const at::Tensor& x, int64_t dim, std::optional<double> scale,
+                  bool causal, const std::optional<at::Tensor>& mask) {
+  const SoftmaxPlan p = check_softmax_args(x, dim, scale, causal, mask);
+  const c10::cuda::CUDAGuard guard(x.device());
+  if (x.numel() == 0) return;
+  C10_CUDA_CHECK(kernels::softmax_forward_cuda(
+      scalar_kind(x.scalar_type()), x.data_ptr(), p.outer, p.n, p.inner, p.scale,
+      p.causal_rows, p.mask, at::cuda::getCurrentCUDAStream().stream()));
+}
+
+at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor& output,
+                                 int64_t dim, double scale) {
+  const SoftmaxPlan p = check_softmax_backward_args(grad_output, output, dim, scale);
+  const c10::cuda::CUDAGuard guard(output.device());
+  at::Tensor grad_input = at::empty_like(output);
+  if (output.numel() == 0) return grad_input;
+  C10_CUDA_CHECK(kernels::softmax_backward_cuda(
+      scalar_kind(output.scalar_type()), grad_output.const_data_ptr(),
+      output.const_data_ptr(), grad_input.data_ptr(), p.outer, p.n, p.inner, p.scale,
+      at::cuda::getCurrentCUDAStream().stream()));
+  return grad_input;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(make_inplace, CUDA, m) {
+  m.impl("softmax_", &softmax_cuda);
+  m.impl("softmax_backward", &softmax_backward_cuda);
+}
+
+}  // namespace make_inplace

@@ -1,0 +1,121 @@
+#pragma once
+// Device helpers shared by the row-wise CUDA kernels (softmax, layer norm):
+// element conversion to the accumulation type, 16-byte vectors, NaN-aware max
+// and reductions over a group of `tpr` threads that own one row (a sub-warp,
+// a warp, or a whole CTA).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "make_inplace/kernels/scalar_kind.h"
+
+namespace make_inplace::kernels::rowwise {
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+
+template <typename T>
+__device__ __forceinline__ T from_acc(acc_t<T> v);
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+__device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
+__device__ __forceinline__ double fast_exp(double v) { return exp(v); }
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+template <typename T>
+__device__ __forceinline__ acc_t<T> neg_inf() {
+  return -std::numeric_limits<acc_t<T>>::infinity();
+}
+
+// VEC elements moved as one 16-byte (or narrower, VEC == 1) access.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+// max that propagates NaN, so a row holding NaN becomes NaN as in torch.
+template <typename A>
+__device__ __forceinline__ A nan_max(A a, A b) {
+  return (b > a || b != b) ? b : a;
+}
+
+struct SumOp {
+  template <typename A>
+  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct MaxOp {
+  template <typename A>
+  __device__ __forceinline__ A operator()(A a, A b) const { return nan_max(a, b); }
+};
+
+template <typename A, typename Op>
+__device__ __forceinline__ A warp_reduce(A v, int width, Op op) {
+  // xor partners stay inside aligned groups of `width` lanes.
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Reduces v over the `tpr` threads owning one row; every thread of the CTA
+// must call it (rows past the end pass the identity). tpr <= 32 reduces with
+// shuffles inside a warp; tpr > 32 means one row per CTA (blockDim.x == tpr)
+// and goes through `scratch` (>= 32 entries). Every thread gets the result.
+template <typename A, typename Op>
+__device__ __forceinline__ A group_reduce(A v, int tpr, A identity, A* scratch, Op op) {
+  if (tpr <= 32) return warp_reduce(v, tpr, op);
+  v = warp_reduce(v, 32, op);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < tpr / 32 ? scratch[lane] : identity;
+  v = warp_reduce(v, 32, op);
+  __syncthreads();  // scratch is free for the next reduction
+  return v;
+}
+
+inline int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+inline bool aligned16(const void* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The CUDA element type behind a ScalarKind.
+template <typename F>
+void dispatch(ScalarKind kind, F&& f) {
+  switch (kind) {
+    case ScalarKind::kFloat16: f(__half{}); break;
+    case ScalarKind::kBFloat16: f(__nv_bfloat16{}); break;
+    case ScalarKind::kFloat32: f(float{}); break;
+    case ScalarKind::kFloat64: f(double{}); break;
+  }
+}
+
+// Rows per launch capped so gridDim.x stays within CUDA's 2^31 - 1 limit; the
+// kernels take a row offset and are launched repeatedly for more.
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+
+}  // namespace make_inplace::kernels::rowwise

@@ -1,0 +1,454 @@
+// layer_norm_ and its backward on CUDA, torch-free.
+//
+// Forward: rows that fit on chip are held in registers by `tpr` threads (a
+// sub-warp or warp for short rows, up to a 1024-thread CTA for long ones):
+// one read and one write per element, mean and variance in two passes over
+// the registers (no E[x^2] - E[x]^2 cancellation). Longer rows: a CTA per row
+// in two passes over global memory, Welford/Chan statistics in the first,
+// the write in the second; in place, no workspace.
+// Backward: grad_input row by row in two passes (row sums, then write);
+// grad_weight / grad_bias as column sums over row chunks into a float
+// workspace, then a final sum over the chunks.
+#include "make_inplace/kernels/layer_norm.h"
+#include "make_inplace/kernels/rowwise_cuda.cuh"
+
+namespace make_inplace::kernels {
+namespace {
+
+using namespace rowwise;
+
+constexpr int kMaxNV = 8;
+constexpr int kMaxTpr = 1024;
+constexpr int kSmallBlock = 128;
+constexpr int kLongThreads = 1024;
+constexpr int kColTile = 32;    // columns per CTA in the grad_weight/bias sums
+constexpr int kColRows = 8;     // row lanes per CTA there
+constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
+
+template <typename T, int VEC, int NV>
+__global__ void __launch_bounds__(kMaxTpr)
+    layer_norm_rows_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                           int64_t row0, int64_t rows, int64_t n, int tpr, acc_t<T> eps,
+                           acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ rstd_out) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ A scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  T* p = x + (active ? row : 0) * n;
+  const int64_t end = active ? n : 0;
+
+  V buf[NV];
+  A sum = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    if (col < end) {
+      buf[k] = *reinterpret_cast<const V*>(p + col);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += to_acc(buf[k].v[e]);
+    }
+  }
+  const A mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  A sq = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    if (col < end) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = to_acc(buf[k].v[e]) - mean;
+        sq += d * d;
+      }
+    }
+  }
+  const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  const A rstd = rsqrt_acc(var + eps);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    if (col < end) {
+      V wv, bv, out;
+      if (w != nullptr) wv = *reinterpret_cast<const V*>(w + col);
+      if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        A v = (to_acc(buf[k].v[e]) - mean) * rstd;
+        if (w != nullptr) v *= to_acc(wv.v[e]);
+        if (b != nullptr) v += to_acc(bv.v[e]);
+        out.v[e] = from_acc<T>(v);
+      }
+      *reinterpret_cast<V*>(p + col) = out;
+    }
+  }
+  if (active && lane == 0) {
+    if (mean_out != nullptr) mean_out[row] = mean;
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+  }
+}
+
+// Welford statistics of a set of values: count, mean, sum of squared deviations.
+template <typename A>
+struct Moments {
+  A count, mean, m2;
+};
+
+// Chan et al.'s pairwise merge.
+template <typename A>
+__device__ __forceinline__ Moments<A> merge(Moments<A> a, Moments<A> b) {
+  const A count = a.count + b.count;
+  if (count == A(0)) return a;
+  const A delta = b.mean - a.mean;
+  const A fb = b.count / count;
+  return {count, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.count * fb};
+}
+
+template <typename A>
+__device__ __forceinline__ Moments<A> shfl_xor(Moments<A> v, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, v.count, offset),
+          __shfl_xor_sync(0xffffffffu, v.mean, offset),
+          __shfl_xor_sync(0xffffffffu, v.m2, offset)};
+}
+
+// Merges the moments of every thread of the CTA; all threads get the result.
+template <typename A>
+__device__ Moments<A> block_moments(Moments<A> v, Moments<A>* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v = merge(v, shfl_xor(v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : Moments<A>{0, 0, 0};
+  for (int offset = 16; offset > 0; offset /= 2) v = merge(v, shfl_xor(v, offset));
+  return v;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kLongThreads)
+    layer_norm_long_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                           int64_t row0, int64_t n, acc_t<T> eps, acc_t<T>* __restrict__ mean_out,
+                           acc_t<T>* __restrict__ rstd_out) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ Moments<A> scratch[32];
+  const int64_t row = row0 + blockIdx.x;
+  T* p = x + row * n;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+  Moments<A> mine{0, 0, 0};
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
+    const V in = *reinterpret_cast<const V*>(p + col);
+    A s = 0;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s += to_acc(in.v[e]);
+    const A cm = s / VEC;
+    A m2 = 0;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const A d = to_acc(in.v[e]) - cm;
+      m2 += d * d;
+    }
+    mine = merge(mine, Moments<A>{A(VEC), cm, m2});
+  }
+  const Moments<A> all = block_moments(mine, scratch);
+  const A mean = all.mean;
+  const A rstd = rsqrt_acc(all.m2 / static_cast<A>(n) + eps);
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
+    const V in = *reinterpret_cast<const V*>(p + col);
+    V wv, bv, out;
+    if (w != nullptr) wv = *reinterpret_cast<const V*>(w + col);
+    if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      A v = (to_acc(in.v[e]) - mean) * rstd;
+      if (w != nullptr) v *= to_acc(wv.v[e]);
+      if (b != nullptr) v += to_acc(bv.v[e]);
+      out.v[e] = from_acc<T>(v);
+    }
+    *reinterpret_cast<V*>(p + col) = out;
+  }
+  if (threadIdx.x == 0) {
+    if (mean_out != nullptr) mean_out[row] = mean;
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+  }
+}
+
+// x_hat rebuilt from the output: (y - b) / w, |w| clamped up to
+// kLayerNormWeightClamp (see layer_norm.h).
+template <typename A>
+__device__ __forceinline__ A clamp_weight(A w) {
+  const A lo = static_cast<A>(kLayerNormWeightClamp);
+  if (w >= A(0)) return w < lo ? lo : w;
+  return w > -lo ? -lo : w;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxTpr)
+    layer_norm_backward_rows_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                    const T* __restrict__ w, const T* __restrict__ b,
+                                    const acc_t<T>* __restrict__ rstd, int64_t row0,
+                                    int64_t rows, int64_t n, int tpr, T* __restrict__ dx) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ A scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  const int64_t off = (active ? row : 0) * n;
+  const int64_t end = active ? n : 0;
+  const int64_t step = static_cast<int64_t>(tpr) * VEC;
+  // g = dy * w and x_hat for one vector of the row.
+  auto load = [&](int64_t col, A* g, A* xh) {
+    const V gv = *reinterpret_cast<const V*>(dy + off + col);
+    const V yv = *reinterpret_cast<const V*>(y + off + col);
+    V wv, bv;
+    if (w != nullptr) wv = *reinterpret_cast<const V*>(w + col);
+    if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      A yh = to_acc(yv.v[e]);
+      g[e] = to_acc(gv.v[e]);
+      if (b != nullptr) yh -= to_acc(bv.v[e]);
+      if (w != nullptr) {
+        const A wa = to_acc(wv.v[e]);
+        yh /= clamp_weight(wa);
+        g[e] *= wa;
+      }
+      xh[e] = yh;
+    }
+  };
+  A sum_g = 0, sum_gx = 0;
+  for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
+    A g[VEC], xh[VEC];
+    load(col, g, xh);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      sum_g += g[e];
+      sum_gx += g[e] * xh[e];
+    }
+  }
+  const A mean_g = group_reduce(sum_g, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  const A mean_gx = group_reduce(sum_gx, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  const A rs = active ? rstd[row] : A(0);
+  for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
+    A g[VEC], xh[VEC];
+    load(col, g, xh);
+    V out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out.v[e] = from_acc<T>(rs * (g[e] - mean_g - xh[e] * mean_gx));
+    *reinterpret_cast<V*>(dx + off + col) = out;
+  }
+}
+
+// Partial column sums over one chunk of rows: dw_part[chunk, j] = sum dy * x_hat,
+// db_part[chunk, j] = sum dy (either pointer may be null).
+template <typename T>
+__global__ void __launch_bounds__(kColTile * kColRows)
+    layer_norm_columns_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                              const T* __restrict__ w, const T* __restrict__ b, int64_t rows,
+                              int64_t n, int64_t rows_per_chunk, acc_t<T>* __restrict__ dw_part,
+                              acc_t<T>* __restrict__ db_part) {
+  using A = acc_t<T>;
+  __shared__ A red_w[kColRows][kColTile + 1];
+  __shared__ A red_b[kColRows][kColTile + 1];
+  const int tx = threadIdx.x % kColTile, ty = threadIdx.x / kColTile;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = min(rows, r0 + rows_per_chunk);
+  A acc_w = 0, acc_b = 0;
+  if (j < n) {
+    const A wc = w != nullptr ? clamp_weight(to_acc(w[j])) : A(1);
+    const A bj = b != nullptr ? to_acc(b[j]) : A(0);
+    for (int64_t r = r0 + ty; r < r1; r += kColRows) {
+      const A g = to_acc(dy[r * n + j]);
+      acc_b += g;
+      if (dw_part != nullptr) acc_w += g * ((to_acc(y[r * n + j]) - bj) / wc);
+    }
+  }
+  red_w[ty][tx] = acc_w;
+  red_b[ty][tx] = acc_b;
+  __syncthreads();
+  if (ty == 0 && j < n) {
+    for (int k = 1; k < kColRows; ++k) {
+      acc_w += red_w[k][tx];
+      acc_b += red_b[k][tx];
+    }
+    if (dw_part != nullptr) dw_part[blockIdx.y * n + j] = acc_w;
+    if (db_part != nullptr) db_part[blockIdx.y * n + j] = acc_b;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_columns_final_kernel(const acc_t<T>* __restrict__ dw_part,
+                                                const acc_t<T>* __restrict__ db_part,
+                                                int64_t chunks, int64_t n, T* __restrict__ dw,
+                                                T* __restrict__ db) {
+  using A = acc_t<T>;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  A sw = 0, sb = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (dw != nullptr) sw += dw_part[c * n + j];
+    if (db != nullptr) sb += db_part[c * n + j];
+  }
+  if (dw != nullptr) dw[j] = from_acc<T>(sw);
+  if (db != nullptr) db[j] = from_acc<T>(sb);
+}
+
+template <typename Launch>
+cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  for (int64_t b = 0; b < blocks; b += kMaxGridX) {
+    launch(b * per_block, static_cast<unsigned>(std::min(kMaxGridX, blocks - b)));
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+inline bool on_chip_plan(int64_t nvec, int* tpr, int* nv) {
+  if (nvec <= 32) {
+    *tpr = pow2_at_least(nvec);
+    *nv = 1;
+  } else if (nvec <= 32 * kMaxNV) {
+    *tpr = 32;
+    *nv = pow2_at_least((nvec + 31) / 32);
+  } else if (nvec <= static_cast<int64_t>(kMaxTpr) * kMaxNV) {
+    *tpr = std::max(kSmallBlock, pow2_at_least((nvec + kMaxNV - 1) / kMaxNV));
+    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <typename T, int VEC, int NV>
+cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
+                        acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
+  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    layer_norm_rows_kernel<T, VEC, NV>
+        <<<grid, block, 0, stream>>>(x, w, b, row0, rows, n, tpr, eps, mean, rstd);
+  });
+}
+
+template <typename T, int VEC>
+cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
+                        acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
+  int tpr = 0, nv = 0;
+  if (on_chip_plan((n + VEC - 1) / VEC, &tpr, &nv)) {
+    switch (nv) {
+      case 1: return launch_rows<T, VEC, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+      case 2: return launch_rows<T, VEC, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+      case 4: return launch_rows<T, VEC, 4>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+      default: return launch_rows<T, VEC, 8>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+    }
+  }
+  return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
+    layer_norm_long_kernel<T, VEC>
+        <<<grid, kLongThreads, 0, stream>>>(x, w, b, row0, n, eps, mean, rstd);
+  });
+}
+
+// Row chunks for the column sums: enough CTAs to fill the GPU, within
+// gridDim.y's limit of 65535.
+inline int64_t column_chunks(int64_t rows, int64_t n) {
+  const int64_t tiles = (n + kColTile - 1) / kColTile;
+  const int64_t want = (kTargetBlocks + tiles - 1) / tiles;
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(65535, (rows + kColRows - 1) / kColRows));
+  return std::max<int64_t>(1, std::min(want, most));
+}
+
+template <typename T, int VEC>
+cudaError_t backward_rows(const T* dy, const T* y, const T* w, const T* b,
+                          const acc_t<T>* rstd, int64_t rows, int64_t n, T* dx,
+                          cudaStream_t stream) {
+  const int64_t nvec = (n + VEC - 1) / VEC;
+  const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
+  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    layer_norm_backward_rows_kernel<T, VEC>
+        <<<grid, block, 0, stream>>>(dy, y, w, b, rstd, row0, rows, n, tpr, dx);
+  });
+}
+
+template <typename T>
+cudaError_t backward(const T* dy, const T* y, const T* w, const T* b, const acc_t<T>* rstd,
+                     int64_t rows, int64_t n, T* dx, T* dw, T* db, acc_t<T>* workspace,
+                     cudaStream_t stream) {
+  using A = acc_t<T>;
+  if (dx != nullptr) {
+    constexpr int VEC = 16 / sizeof(T);
+    const bool vec = n % VEC == 0 && aligned16(dy) && aligned16(y) && aligned16(w) &&
+                     aligned16(b) && aligned16(dx);
+    const cudaError_t err = vec ? backward_rows<T, VEC>(dy, y, w, b, rstd, rows, n, dx, stream)
+                                : backward_rows<T, 1>(dy, y, w, b, rstd, rows, n, dx, stream);
+    if (err != cudaSuccess) return err;
+  }
+  if (dw == nullptr && db == nullptr) return cudaSuccess;
+  const int64_t chunks = column_chunks(rows, n);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  A* dw_part = dw != nullptr ? workspace : nullptr;
+  A* db_part = db != nullptr ? workspace + chunks * n : nullptr;
+  const dim3 grid(static_cast<unsigned>((n + kColTile - 1) / kColTile),
+                  static_cast<unsigned>(chunks));
+  layer_norm_columns_kernel<T><<<grid, kColTile * kColRows, 0, stream>>>(
+      dy, y, w, b, rows, n, rows_per_chunk, dw_part, db_part);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  layer_norm_columns_final_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      dw_part, db_part, chunks, n, dw, db);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t layer_norm_forward_cuda(ScalarKind kind, void* x, const void* weight,
+                                    const void* bias, int64_t rows, int64_t n, double eps,
+                                    void* mean, void* rstd, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  dispatch(kind, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    constexpr int VEC = 16 / sizeof(T);
+    T* xp = static_cast<T*>(x);
+    const T* w = static_cast<const T*>(weight);
+    const T* b = static_cast<const T*>(bias);
+    A* mp = static_cast<A*>(mean);
+    A* rp = static_cast<A*>(rstd);
+    const bool vec = n % VEC == 0 && aligned16(xp) && aligned16(w) && aligned16(b);
+    err = vec ? forward_vec<T, VEC>(xp, w, b, rows, n, static_cast<A>(eps), mp, rp, stream)
+              : forward_vec<T, 1>(xp, w, b, rows, n, static_cast<A>(eps), mp, rp, stream);
+  });
+  return err;
+}
+
+int64_t layer_norm_backward_cuda_workspace(ScalarKind kind, int64_t rows, int64_t n,
+                                           bool weight_or_bias) {
+  if (!weight_or_bias || rows == 0 || n == 0) return 0;
+  const int64_t acc_size = kind == ScalarKind::kFloat64 ? 8 : 4;
+  return 2 * column_chunks(rows, n) * n * acc_size;
+}
+
+cudaError_t layer_norm_backward_cuda(ScalarKind kind, const void* grad_output, const void* y,
+                                     const void* weight, const void* bias, const void* rstd,
+                                     int64_t rows, int64_t n, void* grad_input,
+                                     void* grad_weight, void* grad_bias, void* workspace,
+                                     cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  dispatch(kind, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    err = backward<T>(static_cast<const T*>(grad_output), static_cast<const T*>(y),
+                      static_cast<const T*>(weight), static_cast<const T*>(bias),
+                      static_cast<const A*>(rstd), rows, n, static_cast<T*>(grad_input),
+                      static_cast<T*>(grad_weight), static_cast<T*>(grad_bias),
+                      static_cast<A*>(workspace), stream);
+  });
+  return err;
+}
+
+}  // namespace make_inplace::kernels

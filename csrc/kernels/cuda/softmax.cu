@@ -1,0 +1,386 @@
+// softmax_ and softmax_backward on CUDA, torch-free.
+//
+// Forward, softmax over the last dim (rows):
+//  * rows that fit on chip: `tpr` threads own a row (a sub-warp or warp for
+//    short rows, several rows per CTA; a CTA of up to 1024 threads for long
+//    ones), each holding NV vectors of the row in registers, so every element
+//    is read once and written once (max, sum and write passes run from
+//    registers). 16-byte vectors when the row start is 16-byte aligned.
+//  * longer rows: a CTA per row in two passes over global memory, an online
+//    max/sum pass and a write pass (the second read mostly hits L2), still in
+//    place and with no workspace.
+// Forward over a middle dim (inner > 1): a thread per (outer, inner) column,
+// threads along inner so accesses coalesce, the same online two-pass scheme
+// through the stride: no transpose, no copy.
+// Backward: the same layouts, two passes (dot product, then write).
+#include "make_inplace/kernels/rowwise_cuda.cuh"
+#include "make_inplace/kernels/softmax.h"
+
+namespace make_inplace::kernels {
+namespace {
+
+using namespace rowwise;
+
+constexpr int kMaxNV = 8;        // vectors per thread in the on-chip kernel
+constexpr int kMaxTpr = 1024;    // threads per row in the on-chip kernel
+constexpr int kSmallBlock = 128; // CTA size when several rows share a CTA
+constexpr int kLongThreads = 1024;
+constexpr int kColumnThreads = 256;
+
+// Value of element c of a row after scale, mask and causal cut: -inf where
+// masked out. `valid` = number of unmasked (causal) columns.
+template <typename T>
+struct RowValue {
+  const T* mask;
+  int64_t mask_row;
+  int64_t mask_step;
+  int64_t valid;
+  acc_t<T> scale;
+
+  __device__ __forceinline__ acc_t<T> operator()(T raw, int64_t c) const {
+    if (c >= valid) return neg_inf<T>();
+    acc_t<T> v = to_acc(raw) * scale;
+    if (mask != nullptr) v += to_acc(mask[mask_row + c * mask_step]);
+    return v;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ RowValue<T> row_value(int64_t row, bool active, int64_t n,
+                                                 acc_t<T> scale, int64_t causal_rows,
+                                                 const MaskLayout& mask) {
+  RowValue<T> rv;
+  rv.mask = static_cast<const T*>(mask.data);
+  rv.mask_row = rv.mask != nullptr && active
+                    ? mask_offset(mask.outer_rank, mask.outer_sizes, mask.outer_strides, row)
+                    : 0;
+  rv.mask_step = mask.dim_stride;
+  rv.valid = !active ? 0 : causal_rows > 0 ? min(n, row % causal_rows + 1) : n;
+  rv.scale = scale;
+  return rv;
+}
+
+template <typename T, int VEC, int NV>
+__global__ void __launch_bounds__(kMaxTpr)
+    softmax_rows_kernel(T* __restrict__ x, int64_t row0, int64_t rows, int64_t n, int tpr,
+                        acc_t<T> scale, int64_t causal_rows, MaskLayout mask) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ A scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  T* p = x + (active ? row : 0) * n;
+  const RowValue<T> value = row_value<T>(row, active, n, scale, causal_rows, mask);
+
+  V buf[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    // Columns at or past `valid` are masked out: not read, only written.
+    if (col < value.valid) buf[k] = *reinterpret_cast<const V*>(p + col);
+  }
+  A m = neg_inf<T>();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m = nan_max(m, value(buf[k].v[e], col + e));
+  }
+  m = group_reduce(m, tpr, neg_inf<T>(), scratch, MaxOp{});
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    if (col < value.valid) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += fast_exp(value(buf[k].v[e], col + e) - m);
+    }
+  }
+  s = group_reduce(s, tpr, A(0), scratch, SumOp{});
+  const A inv = A(1) / s;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    if (active && col < n) {
+      V out;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        out.v[e] = from_acc<T>(fast_exp(value(buf[k].v[e], col + e) - m) * inv);
+      }
+      *reinterpret_cast<V*>(p + col) = out;
+    }
+  }
+}
+
+// Folds value v into a running (max m, sum s of exp(. - m)) pair. NaN and
+// +inf propagate to NaN, as in torch; -inf contributes nothing.
+template <typename A>
+__device__ __forceinline__ void online_add(A& m, A& s, A chunk_max, A chunk_sum_at_max) {
+  const A mn = nan_max(m, chunk_max);
+  if (mn == -std::numeric_limits<A>::infinity()) return;
+  s = s * fast_exp(m - mn) + chunk_sum_at_max * fast_exp(chunk_max - mn);
+  m = mn;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kLongThreads)
+    softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t n, acc_t<T> scale,
+                        int64_t causal_rows, MaskLayout mask) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ A scratch[32];
+  const int64_t row = row0 + blockIdx.x;
+  T* p = x + row * n;
+  const RowValue<T> value = row_value<T>(row, true, n, scale, causal_rows, mask);
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+
+  A m = neg_inf<T>(), s = 0;
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
+    const V in = *reinterpret_cast<const V*>(p + col);
+    A v[VEC];
+    A cm = neg_inf<T>();
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      v[e] = value(in.v[e], col + e);
+      cm = nan_max(cm, v[e]);
+    }
+    if (cm == neg_inf<T>()) continue;
+    A cs = 0;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) cs += fast_exp(v[e] - cm);
+    online_add(m, s, cm, cs);
+  }
+  const A row_max = group_reduce(m, static_cast<int>(blockDim.x), neg_inf<T>(), scratch, MaxOp{});
+  // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
+  const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
+  const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
+    V io;
+    if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
+    V out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      out.v[e] = from_acc<T>(fast_exp(value(io.v[e], col + e) - row_max) * inv);
+    }
+    *reinterpret_cast<V*>(p + col) = out;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kColumnThreads)
+    softmax_columns_kernel(T* __restrict__ x, int64_t col0, int64_t columns, int64_t n,
+                           int64_t inner, acc_t<T> scale, MaskLayout mask) {
+  using A = acc_t<T>;
+  const int64_t c = col0 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= columns) return;
+  const int64_t o = c / inner, i = c % inner;
+  T* p = x + o * n * inner + i;
+  const T* mk = static_cast<const T*>(mask.data);
+  const int64_t moff =
+      mk == nullptr ? 0
+                    : mask_offset(mask.outer_rank, mask.outer_sizes, mask.outer_strides, o) +
+                          mask_offset(mask.inner_rank, mask.inner_sizes, mask.inner_strides, i);
+  auto value = [&](int64_t d) {
+    A v = to_acc(p[d * inner]) * scale;
+    if (mk != nullptr) v += to_acc(mk[moff + d * mask.dim_stride]);
+    return v;
+  };
+  A m = neg_inf<T>(), s = 0;
+  for (int64_t d = 0; d < n; ++d) {
+    const A v = value(d);
+    online_add(m, s, v, A(1));
+  }
+  const A inv = A(1) / s;
+  for (int64_t d = 0; d < n; ++d) p[d * inner] = from_acc<T>(fast_exp(value(d) - m) * inv);
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxTpr)
+    softmax_backward_rows_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                 T* __restrict__ dx, int64_t row0, int64_t rows, int64_t n,
+                                 int tpr, acc_t<T> scale) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  __shared__ A scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  const int64_t off = (active ? row : 0) * n;
+  const int64_t end = active ? n : 0;
+  const int64_t step = static_cast<int64_t>(tpr) * VEC;
+  A dot = 0;
+  for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
+    const V g = *reinterpret_cast<const V*>(dy + off + col);
+    const V o = *reinterpret_cast<const V*>(y + off + col);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dot += to_acc(g.v[e]) * to_acc(o.v[e]);
+  }
+  dot = group_reduce(dot, tpr, A(0), scratch, SumOp{});
+  for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
+    const V g = *reinterpret_cast<const V*>(dy + off + col);
+    const V o = *reinterpret_cast<const V*>(y + off + col);
+    V out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      out.v[e] = from_acc<T>(scale * to_acc(o.v[e]) * (to_acc(g.v[e]) - dot));
+    }
+    *reinterpret_cast<V*>(dx + off + col) = out;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kColumnThreads)
+    softmax_backward_columns_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                    T* __restrict__ dx, int64_t col0, int64_t columns,
+                                    int64_t n, int64_t inner, acc_t<T> scale) {
+  using A = acc_t<T>;
+  const int64_t c = col0 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= columns) return;
+  const int64_t base = (c / inner) * n * inner + c % inner;
+  A dot = 0;
+  for (int64_t d = 0; d < n; ++d) dot += to_acc(dy[base + d * inner]) * to_acc(y[base + d * inner]);
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t k = base + d * inner;
+    dx[k] = from_acc<T>(scale * to_acc(y[k]) * (to_acc(dy[k]) - dot));
+  }
+}
+
+// Launches `kernel(first_item, ...)` over `items` items, `per_block` per CTA,
+// splitting launches so gridDim.x stays within CUDA's limit.
+template <typename Launch>
+cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  for (int64_t b = 0; b < blocks; b += kMaxGridX) {
+    launch(b * per_block, static_cast<unsigned>(std::min(kMaxGridX, blocks - b)));
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T, int VEC, int NV>
+cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
+                        int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
+  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    softmax_rows_kernel<T, VEC, NV>
+        <<<grid, block, 0, stream>>>(x, row0, rows, n, tpr, scale, causal_rows, mask);
+  });
+}
+
+// Picks threads per row and vectors per thread for the on-chip kernel; false
+// when the row is too long to hold on chip.
+inline bool on_chip_plan(int64_t nvec, int* tpr, int* nv) {
+  if (nvec <= 32) {
+    *tpr = pow2_at_least(nvec);
+    *nv = 1;
+  } else if (nvec <= 32 * kMaxNV) {
+    *tpr = 32;
+    *nv = pow2_at_least((nvec + 31) / 32);
+  } else if (nvec <= static_cast<int64_t>(kMaxTpr) * kMaxNV) {
+    *tpr = std::max(kSmallBlock, pow2_at_least((nvec + kMaxNV - 1) / kMaxNV));
+    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <typename T, int VEC>
+cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                         const MaskLayout& mask, cudaStream_t stream) {
+  int tpr = 0, nv = 0;
+  if (on_chip_plan((n + VEC - 1) / VEC, &tpr, &nv)) {
+    switch (nv) {
+      case 1: return launch_rows<T, VEC, 1>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      case 2: return launch_rows<T, VEC, 2>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      case 4: return launch_rows<T, VEC, 4>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      default: return launch_rows<T, VEC, 8>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+    }
+  }
+  return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
+    softmax_long_kernel<T, VEC>
+        <<<grid, kLongThreads, 0, stream>>>(x, row0, n, scale, causal_rows, mask);
+  });
+}
+
+template <typename T>
+cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scale,
+                    int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
+  if (inner > 1) {
+    const int64_t columns = outer * inner;
+    return launch_chunks(columns, kColumnThreads, [&](int64_t col0, unsigned grid) {
+      softmax_columns_kernel<T>
+          <<<grid, kColumnThreads, 0, stream>>>(x, col0, columns, n, inner, scale, mask);
+    });
+  }
+  constexpr int VEC = 16 / sizeof(T);
+  if (n % VEC == 0 && aligned16(x)) {
+    return forward_rows<T, VEC>(x, outer, n, scale, causal_rows, mask, stream);
+  }
+  return forward_rows<T, 1>(x, outer, n, scale, causal_rows, mask, stream);
+}
+
+template <typename T, int VEC>
+cudaError_t backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t n,
+                          acc_t<T> scale, cudaStream_t stream) {
+  // About four vectors per thread; up to 512 threads on one row.
+  const int64_t nvec = (n + VEC - 1) / VEC;
+  const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
+  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    softmax_backward_rows_kernel<T, VEC>
+        <<<grid, block, 0, stream>>>(dy, y, dx, row0, rows, n, tpr, scale);
+  });
+}
+
+template <typename T>
+cudaError_t backward(const T* dy, const T* y, T* dx, int64_t outer, int64_t n,
+                     int64_t inner, acc_t<T> scale, cudaStream_t stream) {
+  if (inner > 1) {
+    const int64_t columns = outer * inner;
+    return launch_chunks(columns, kColumnThreads, [&](int64_t col0, unsigned grid) {
+      softmax_backward_columns_kernel<T>
+          <<<grid, kColumnThreads, 0, stream>>>(dy, y, dx, col0, columns, n, inner, scale);
+    });
+  }
+  constexpr int VEC = 16 / sizeof(T);
+  if (n % VEC == 0 && aligned16(dy) && aligned16(y) && aligned16(dx)) {
+    return backward_rows<T, VEC>(dy, y, dx, outer, n, scale, stream);
+  }
+  return backward_rows<T, 1>(dy, y, dx, outer, n, scale, stream);
+}
+
+}  // namespace
+
+cudaError_t softmax_forward_cuda(ScalarKind kind, void* x, int64_t outer, int64_t n,
+                                 int64_t inner, double scale, int64_t causal_rows,
+                                 const MaskLayout& mask, cudaStream_t stream) {
+  if (outer == 0 || n == 0 || inner == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  dispatch(kind, [&](auto tag) {
+    using T = decltype(tag);
+    err = forward<T>(static_cast<T*>(x), outer, n, inner, static_cast<acc_t<T>>(scale),
+                     causal_rows, mask, stream);
+  });
+  return err;
+}
+
+cudaError_t softmax_backward_cuda(ScalarKind kind, const void* grad_output, const void* y,
+                                  void* grad_input, int64_t outer, int64_t n, int64_t inner,
+                                  double scale, cudaStream_t stream) {
+  if (outer == 0 || n == 0 || inner == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  dispatch(kind, [&](auto tag) {
+    using T = decltype(tag);
+    err = backward<T>(static_cast<const T*>(grad_output), static_cast<const T*>(y),
+                      static_cast<T*>(grad_input), outer, n, inner,
+                      static_cast<acc_t<T>>(scale), stream);
+  });
+  return err;
+}
+
+}  // namespace make_inplace::kernels
