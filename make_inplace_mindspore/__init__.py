@@ -24,16 +24,24 @@ Example:
 """
 
 from ._library import last_error, library_path
+from .layer_norm import layer_norm, layer_norm_backward_op, layer_norm_op
 from .outer_product import outer_product, outer_product_backward_op, outer_product_op
+from .softmax import softmax, softmax_backward_op, softmax_op
 from .square_matmul import square_matmul, square_matmul_op
 from .trilinear import trilinear_backward_op, trilinear_interpolation, trilinear_interpolation_op
 
 __all__ = [
     "last_error",
+    "layer_norm",
+    "layer_norm_backward_op",
+    "layer_norm_op",
     "library_path",
     "outer_product",
     "outer_product_backward_op",
     "outer_product_op",
+    "softmax",
+    "softmax_backward_op",
+    "softmax_op",
     "square_matmul",
     "square_matmul_op",
     "trilinear_backward_op",
