@@ -39,6 +39,7 @@ NVCC_FLAGS = [
     "--expt-relaxed-constexpr",
     "-lineinfo",
     "-Xcompiler=-fPIC,-fvisibility=hidden",
+    "-Xlinker=--no-undefined",
     "-gencode=arch=compute_80,code=sm_80",
     "-gencode=arch=compute_90,code=sm_90",
     "-gencode=arch=compute_90,code=compute_90",
