@@ -1,0 +1,287 @@
+// Batched outer product on CUDA. Memory-bound on the output (forward) or on
+// grad_out (backward).
+//
+// Forward: a block is tx lanes (the contiguous column axis, 16-byte packs) by
+// ty rows; each row reads its a[s, i] once and b[s, :] from L1/L2, and each
+// output byte is written once. Rows are walked with a grid-stride loop and
+// int64 offsets, so any batch, n and m fit the grid.
+//
+// Backward: grad_b is a column reduction. A block owns one batch item and a
+// strip of columns; its ty row-groups accumulate column sums in registers and
+// combine them in shared memory at the end (no atomics, deterministic). When
+// the strip spans the whole row (m <= 32 lanes x 4 packs), the same sweep also
+// forms the row sums for grad_a with a shuffle-reduce across the lanes, so
+// grad_out is read once. Wider rows take grad_a from a separate row-reduction
+// kernel (a group of lanes per row), which reads grad_out a second time.
+#include "make_inplace/kernels/cuda_pack.cuh"
+#include "make_inplace/kernels/outer_product.h"
+
+namespace make_inplace::kernels {
+namespace {
+
+using namespace cuda_detail;
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ void store_result(T* dst, acc_t<T> value, bool accumulate) {
+  *dst = from_acc<T>(accumulate ? to_acc(*dst) + value : value);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    outer_forward_kernel(const T* __restrict__ a, int64_t as0, int64_t as1,
+                         const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
+                         T* __restrict__ out, int64_t n, int64_t m, int64_t rows) {
+  using A = acc_t<T>;
+  const int64_t packs = m / V;
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += row_step) {
+    const int64_t s = row / n, i = row - s * n;
+    const A ai = to_acc(a[s * as0 + i * as1]);
+    const T* b_row = b + s * bs0;
+    T* o_row = out + row * m;
+    for (int64_t c = threadIdx.x; c < packs; c += blockDim.x) {
+      const Pack<T, V> bv = load_pack<T, V>(b_row + c * V * bs1, bs1, b_packed);
+      Pack<T, V> r;
+#pragma unroll
+      for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(ai * to_acc(bv.v[e]));
+      store_pack<T, V>(o_row + c * V, r);
+    }
+  }
+}
+
+// grad_a[row] = sum_j grad_out[row, j] * b[s, j]: `group` lanes per row.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    outer_rows_kernel(const T* __restrict__ g, int64_t gs0, int64_t gs1, int64_t gs2,
+                      const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
+                      T* __restrict__ grad_a, int64_t n, int64_t m, int64_t rows, int group,
+                      bool accumulate) {
+  using A = acc_t<T>;
+  const int64_t packs = m / V;
+  const int lane = threadIdx.x & (group - 1);
+  const int64_t groups_per_grid = static_cast<int64_t>(gridDim.x) * (kThreads / group);
+  const int64_t mine = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / group;
+  // Warp-uniform trip count (keyed on the warp's first group) for the shuffles.
+  const int64_t offset_in_warp = (threadIdx.x & 31) / group;
+  for (int64_t base = mine - offset_in_warp; base < rows; base += groups_per_grid) {
+    const int64_t row = base + offset_in_warp;
+    const bool valid = row < rows;
+    A sum = 0;
+    if (valid) {
+      const int64_t s = row / n, i = row - s * n;
+      const T* g_row = g + s * gs0 + i * gs1;
+      const T* b_row = b + s * bs0;
+      for (int64_t c = lane; c < packs; c += group) {
+        const Pack<T, V> gv = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+        const Pack<T, V> bv = load_pack<T, V>(b_row + c * V * bs1, bs1, b_packed);
+#pragma unroll
+        for (int e = 0; e < V; ++e) sum += to_acc(gv.v[e]) * to_acc(bv.v[e]);
+      }
+    }
+    sum = group_sum(sum, group);
+    if (valid && lane == 0) store_result(grad_a + row, sum, accumulate);
+  }
+}
+
+// grad_b (and, when grad_a is non-null, grad_a) for one (batch item, column
+// strip) per block iteration. blockDim = (tx, ty), tx a power of two <= 32;
+// each lane holds P packs: columns (strip * P + p) * tx + threadIdx.x.
+// grad_a may only be passed when one strip covers all m columns.
+template <typename T, int V, int P>
+__global__ void __launch_bounds__(kThreads)
+    outer_cols_kernel(const T* __restrict__ g, int64_t gs0, int64_t gs1, int64_t gs2,
+                      const T* __restrict__ a, int64_t as0, int64_t as1,
+                      const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
+                      T* __restrict__ grad_a, T* __restrict__ grad_b, int64_t batch,
+                      int64_t n, int64_t m, int64_t strips, bool accumulate) {
+  using A = acc_t<T>;
+  __shared__ A partial[kThreads * P * V];
+  const int tx = blockDim.x, ty = blockDim.y;
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int64_t packs = m / V;
+  const bool with_a = grad_a != nullptr;
+  for (int64_t unit = blockIdx.x; unit < batch * strips; unit += gridDim.x) {
+    const int64_t s = unit / strips, strip = unit - s * strips;
+    const int64_t first_pack = strip * P * tx + x;
+    const T* a_row = a + s * as0;
+    const T* b_row = b + s * bs0;
+    Pack<T, V> bv[P];
+    if (with_a) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int64_t c = first_pack + p * tx;
+        if (c < packs) bv[p] = load_pack<T, V>(b_row + c * V * bs1, bs1, b_packed);
+      }
+    }
+    A col[P][V] = {};
+    // i0 advances identically for every thread, so the shuffles below are
+    // reached by whole warps.
+    for (int64_t i0 = 0; i0 < n; i0 += ty) {
+      const int64_t i = i0 + y;
+      const bool valid = i < n;
+      A row_sum = 0;
+      if (valid) {
+        const A ai = to_acc(a_row[i * as1]);
+        const T* g_row = g + s * gs0 + i * gs1;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int64_t c = first_pack + p * tx;
+          if (c < packs) {
+            const Pack<T, V> gv = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const A ge = to_acc(gv.v[e]);
+              col[p][e] += ge * ai;
+              if (with_a) row_sum += ge * to_acc(bv[p].v[e]);
+            }
+          }
+        }
+      }
+      if (with_a) {
+        // The tx lanes of a row are consecutive threads of one warp.
+        row_sum = group_sum(row_sum, tx);
+        if (valid && x == 0) store_result(grad_a + s * n + i, row_sum, accumulate);
+      }
+    }
+    // Tree-sum the ty row-groups' column sums in shared memory.
+    __syncthreads();  // the previous unit's readers are done with `partial`
+    A* mine = partial + (y * tx + x) * (P * V);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) mine[p * V + e] = col[p][e];
+    }
+    __syncthreads();
+    for (int half = ty / 2; half > 0; half /= 2) {
+      if (y < half) {
+        const A* other = partial + ((y + half) * tx + x) * (P * V);
+#pragma unroll
+        for (int k = 0; k < P * V; ++k) mine[k] += other[k];
+      }
+      __syncthreads();
+    }
+    if (y == 0) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int64_t c = first_pack + p * tx;
+        if (c < packs) {
+          T* dst = grad_b + s * m + c * V;
+          Pack<T, V> r;
+          if (accumulate) {
+            const Pack<T, V> old = load_pack<T, V>(dst, 1, true);
+#pragma unroll
+            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(to_acc(old.v[e]) + mine[p * V + e]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(mine[p * V + e]);
+          }
+          store_pack<T, V>(dst, r);
+        }
+      }
+    }
+  }
+}
+
+bool multiple_of(int64_t x, int v) { return x % v == 0; }
+
+// Whether b's rows can be read as 16-byte packs.
+bool b_packable(const OuterInput& b, int v) {
+  return (b.stride[1] == 1) && multiple_of(b.stride[0], v) && aligned16(b.data);
+}
+
+// Lanes per row (a power of two <= 32) and rows per block for `packs` packs.
+dim3 block_for(int64_t packs) {
+  const int tx = pow2_at_least(packs, 32);
+  return dim3(tx, kThreads / tx);
+}
+
+// The widest strip (in packs per lane) that still lets one block own whole rows.
+constexpr int kMaxPacksPerLane = 4;
+
+}  // namespace
+
+cudaError_t outer_product_forward_cuda(ScalarKind kind, OuterInput a, OuterInput b,
+                                       void* out, int64_t batch, int64_t n, int64_t m,
+                                       cudaStream_t stream) {
+  const int64_t rows = batch * n;
+  if (rows == 0 || m == 0) return cudaSuccess;
+  return dispatch_kind(kind, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const bool vec = V > 1 && multiple_of(m, V) && aligned16(out);
+    const auto launch = [&](auto vtag) {
+      constexpr int W = decltype(vtag)::value;
+      // Wide rows: 256 lanes along the row; narrow rows: several rows per block.
+      const int64_t packs = m / W;
+      const int tx = pow2_at_least(packs, kThreads);
+      const dim3 block(tx, kThreads / tx);
+      const int64_t grid = grid_for(rows, block.y);
+      outer_forward_kernel<T, W><<<grid, block, 0, stream>>>(
+          static_cast<const T*>(a.data), a.stride[0], a.stride[1],
+          static_cast<const T*>(b.data), b.stride[0], b.stride[1], W > 1 && b_packable(b, W),
+          static_cast<T*>(out), n, m, rows);
+      return cudaGetLastError();
+    };
+    return vec ? launch(std::integral_constant<int, V>{})
+               : launch(std::integral_constant<int, 1>{});
+  });
+}
+
+cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
+                                        OuterInput a, OuterInput b, void* grad_a,
+                                        void* grad_b, int64_t batch, int64_t n,
+                                        int64_t m, bool accumulate,
+                                        cudaStream_t stream) {
+  if (batch == 0 || (grad_a == nullptr && grad_b == nullptr)) return cudaSuccess;
+  return dispatch_kind(kind, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const int64_t* gs = grad_out.stride;
+    const bool vec = V > 1 && multiple_of(m, V) && (gs[2] == 1) && multiple_of(gs[1], V) &&
+                     multiple_of(gs[0], V) && aligned16(grad_out.data) &&
+                     (grad_b == nullptr || aligned16(grad_b));
+    const auto launch = [&](auto vtag) -> cudaError_t {
+      constexpr int W = decltype(vtag)::value;
+      const int64_t packs = m / W;
+      const bool b_packed = W > 1 && b_packable(b, W);
+      const T* g = static_cast<const T*>(grad_out.data);
+      const T* ap = static_cast<const T*>(a.data);
+      const T* bp = static_cast<const T*>(b.data);
+      T* ga = static_cast<T*>(grad_a);
+      T* gb = static_cast<T*>(grad_b);
+      const dim3 block = block_for(packs);
+      const bool fused = packs <= int64_t{kMaxPacksPerLane} * block.x;
+      if (fused && gb != nullptr) {
+        // One strip per batch item: both gradients from one read of grad_out.
+        // Blocks run even when n or m is 0, to write the (zero) sums.
+        outer_cols_kernel<T, W, kMaxPacksPerLane><<<grid_for(batch, 1), block, 0, stream>>>(
+            g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
+            b.stride[1], b_packed, ga, gb, batch, n, m, 1, accumulate);
+        return cudaGetLastError();
+      }
+      if (ga != nullptr && n > 0) {
+        const int group = pow2_at_least(packs, 32);
+        const int64_t rows = batch * n;
+        outer_rows_kernel<T, W><<<grid_for(rows * group, kThreads), kThreads, 0, stream>>>(
+            g, gs[0], gs[1], gs[2], bp, b.stride[0], b.stride[1], b_packed, ga, n, m, rows,
+            group, accumulate);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+      }
+      if (gb != nullptr && m > 0) {
+        const int64_t strips = (packs + block.x - 1) / block.x;
+        outer_cols_kernel<T, W, 1><<<grid_for(batch * strips, 1), block, 0, stream>>>(
+            g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
+            b.stride[1], b_packed, nullptr, gb, batch, n, m, strips, accumulate);
+      }
+      return cudaGetLastError();
+    };
+    return vec ? launch(std::integral_constant<int, V>{})
+               : launch(std::integral_constant<int, 1>{});
+  });
+}
+
+}  // namespace make_inplace::kernels
