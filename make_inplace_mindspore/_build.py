@@ -40,10 +40,15 @@ NVCC_FLAGS = [
     "-lineinfo",
     "-Xcompiler=-fPIC,-fvisibility=hidden",
     "-Xlinker=--no-undefined",
-    "-gencode=arch=compute_80,code=sm_80",
-    "-gencode=arch=compute_90,code=sm_90",
-    "-gencode=arch=compute_90,code=compute_90",
 ]
+# sm_80 and sm_90 code plus sm_90 PTX, as setup.py builds the torch library.
+CUDA_ARCHS = ("80", "90")
+
+
+def _gencode(archs) -> list[str]:
+    archs = list(archs)
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    return flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
 
 
 def cpu_sources(root: str = CSRC) -> list[str]:
@@ -71,10 +76,10 @@ def build_cpu(c10_include: str, out_dir: str = PACKAGE_DIR, cxx: str | None = No
     return out
 
 
-def build_cuda(c10_include: str, out_dir: str = PACKAGE_DIR, nvcc: str = "nvcc") -> str:
+def build_cuda(c10_include: str, out_dir: str = PACKAGE_DIR, nvcc: str = "nvcc", archs=CUDA_ARCHS) -> str:
     """Compiles the CUDA bridge library (cudart linked statically) and returns its path."""
     out = os.path.join(out_dir, CUDA_LIBRARY)
-    cmd = [nvcc, *NVCC_FLAGS, *_include_flags(c10_include), "-shared", *cuda_sources(), "-o", out]
+    cmd = [nvcc, *NVCC_FLAGS, *_gencode(archs), *_include_flags(c10_include), "-shared", *cuda_sources(), "-o", out]
     print("make_inplace_mindspore: " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True)
     return out
@@ -85,10 +90,13 @@ def main() -> None:
     parser.add_argument("--c10-include", required=True, help="a torch include directory (for c10/util/Half.h)")
     parser.add_argument("--out-dir", default=PACKAGE_DIR)
     parser.add_argument("--cuda", action="store_true", help="also build the CUDA library (needs nvcc)")
+    parser.add_argument("--cuda-only", action="store_true", help="build only the CUDA library")
+    parser.add_argument("--cuda-arch", action="append", help=f"compute capability, repeatable (default {' '.join(CUDA_ARCHS)})")
     args = parser.parse_args()
-    build_cpu(args.c10_include, args.out_dir)
-    if args.cuda:
-        build_cuda(args.c10_include, args.out_dir, shutil.which("nvcc") or "nvcc")
+    if not args.cuda_only:
+        build_cpu(args.c10_include, args.out_dir)
+    if args.cuda or args.cuda_only:
+        build_cuda(args.c10_include, args.out_dir, shutil.which("nvcc") or "nvcc", args.cuda_arch or CUDA_ARCHS)
 
 
 if __name__ == "__main__":
