@@ -122,3 +122,9 @@ def test_entry_point_refuses_bad_calls_before_writing(arrays, dtypes, match):
 def test_shape_functions_agree_with_entry_point():
     assert _out_shape([2, 3], [3, 3]) == [2, 3]
     assert _out_dtype(ms.float32, ms.float32) == ms.float32
+
+
+def test_package_imports_without_torch():
+    import sys
+
+    assert "torch" not in sys.modules
