@@ -70,6 +70,15 @@ def check_same_dtype(op: str, name: str, dtype, like_name: str, like) -> None:
         raise TypeError(f"{op}: {name} must have the dtype of {like_name} ({element_type(like)}), got {element_type(dtype)}")
 
 
+def widen(t: ms.Tensor) -> ms.Tensor:
+    """float16/bfloat16 as float32, for the reductions the bprops leave to
+    MindSpore (its CPU MatMul and ReduceSum have no bfloat16 kernels, and
+    float32 accumulation is what the bridge's kernels use too)."""
+    if t.dtype == ms.float16 or t.dtype == ms.bfloat16:
+        return ops.cast(t, ms.float32)
+    return t
+
+
 def custom(name: str, out_shape: Callable, out_dtype: Callable, bprop: Callable | None = None) -> ops.Custom:
     """The Custom op calling entry point `name` of the current target's library (cached).
 

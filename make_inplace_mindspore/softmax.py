@@ -12,7 +12,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import ops
 
-from ._library import check_float, check_same_dtype, custom
+from ._library import check_float, check_same_dtype, custom, widen
 
 _NAME = "softmax"
 
@@ -73,7 +73,7 @@ def softmax_op(causal: bool = False, has_mask: bool = False) -> ops.Custom:
 
         def bprop(x, mask, out, dout):
             dz = backward(dout, out)
-            return dz, dz.sum_to_size(mask.shape)
+            return dz, ops.cast(widen(dz).sum_to_size(mask.shape), mask.dtype)
 
     else:
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import ops
 
-from ._library import check_float, check_same_dtype, custom
+from ._library import check_float, check_same_dtype, custom, widen
 
 _NAME = "square_matmul"
 
@@ -50,7 +50,8 @@ def square_matmul_op(transpose: bool = False, has_bias: bool = False) -> ops.Cus
 
     grad_x = dy @ weight^T (dy @ weight when transposed) runs the bridge
     kernel; grad_weight (x^T dy, or dy^T x) and grad_bias (dy summed over rows)
-    are reductions over rows that MindSpore's MatMul/ReduceSum compute.
+    are reductions over rows that MindSpore's MatMul/ReduceSum compute (in
+    float32 for the half types).
     Gradients are first order only (the bprop's own ops have no bprop).
 
     Example:
@@ -61,7 +62,7 @@ def square_matmul_op(transpose: bool = False, has_bias: bool = False) -> ops.Cus
     weight_grad = ops.MatMul(transpose_a=True)
 
     def rows(t, n):
-        return ops.reshape(t, (-1, n))
+        return ops.reshape(widen(t), (-1, n))
 
     if has_bias:
 
@@ -69,7 +70,7 @@ def square_matmul_op(transpose: bool = False, has_bias: bool = False) -> ops.Cus
             n = weight.shape[0]
             x2, d2 = rows(x, n), rows(dout, n)
             grad_w = weight_grad(d2, x2) if transpose else weight_grad(x2, d2)
-            return grad_x_op(dout, weight), grad_w, d2.sum(axis=0)
+            return grad_x_op(dout, weight), ops.cast(grad_w, weight.dtype), ops.cast(d2.sum(axis=0), bias.dtype)
 
     else:
 
@@ -77,7 +78,7 @@ def square_matmul_op(transpose: bool = False, has_bias: bool = False) -> ops.Cus
             n = weight.shape[0]
             x2, d2 = rows(x, n), rows(dout, n)
             grad_w = weight_grad(d2, x2) if transpose else weight_grad(x2, d2)
-            return grad_x_op(dout, weight), grad_w
+            return grad_x_op(dout, weight), ops.cast(grad_w, weight.dtype)
 
     return custom(_entry(transpose, has_bias), _out_shape, _out_dtype, bprop)
 

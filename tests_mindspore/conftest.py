@@ -47,6 +47,13 @@ def numpy64(t: ms.Tensor) -> np.ndarray:
     return t.asnumpy().astype(np.float64)
 
 
+def cotangent(array: np.ndarray, dtype: str) -> np.ndarray:
+    """`array` rounded to `dtype` (so the reference sees what the op sees), as
+    float32 for the half types (numpy has no bfloat16)."""
+    rounded = numpy64(tensor(array, dtype))
+    return rounded.astype(np.float32 if dtype in ("float16", "bfloat16") else dtype)
+
+
 def assert_close(actual: ms.Tensor, expected: np.ndarray, dtype: str, what: str = "") -> None:
     got = numpy64(actual)
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import assert_close, assert_refused, forward, grads, numpy64, tensor
+from conftest import assert_close, assert_refused, cotangent, forward, grads, numpy64, tensor
 
 import make_inplace_mindspore as mims
 
@@ -49,7 +49,7 @@ def test_forward(mode, dtype, rows, n, has_weight, has_bias):
     assert_close(rstd, r, dtype if dtype in ("float16", "bfloat16") else stat_tol, "rstd")
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 @pytest.mark.parametrize(("has_weight", "has_bias"), [(False, False), (True, False), (False, True), (True, True)])
 def test_grad(mode, dtype, has_weight, has_bias):
     rng = np.random.default_rng(9)
@@ -57,7 +57,7 @@ def test_grad(mode, dtype, has_weight, has_bias):
     x = tensor(rng.standard_normal((rows, n)), dtype)
     affine = _affine_inputs(rng, n, dtype, has_weight, has_bias)
     eps = ms.Tensor([EPS], ms.float64)
-    g = rng.standard_normal((rows, n)).astype(dtype)
+    g = cotangent(rng.standard_normal((rows, n)), dtype)
     cotangents = [g, np.zeros(rows, np.float64 if dtype == "float64" else np.float32)]
     cotangents.append(cotangents[1])
     got = grads(mims.layer_norm_op(has_weight, has_bias), [x, *affine, eps], cotangents, range(1 + len(affine)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import assert_close, assert_refused, forward, grads, numpy64, tensor
+from conftest import assert_close, assert_refused, cotangent, forward, grads, numpy64, tensor
 
 import make_inplace_mindspore as mims
 
@@ -21,11 +21,11 @@ def test_forward(mode, dtype, a_shape, m):
     assert_close(out, numpy64(a)[..., :, None] * numpy64(b)[..., None, :], dtype, "out")
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 def test_grad(mode, dtype):
     rng = np.random.default_rng(3)
     a, b = tensor(rng.standard_normal((2, 3, 5)), dtype), tensor(rng.standard_normal((2, 3, 7)), dtype)
-    g = rng.standard_normal((2, 3, 5, 7)).astype(dtype)
+    g = cotangent(rng.standard_normal((2, 3, 5, 7)), dtype)
     ga, gb = grads(mims.outer_product_op(), [a, b], [g], (0, 1))
     g64 = g.astype(np.float64)
     assert_close(ga, np.einsum("sij,sj->si", g64.reshape(6, 5, 7), numpy64(b).reshape(6, 7)).reshape(2, 3, 5), dtype, "grad_a")

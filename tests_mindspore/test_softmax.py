@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import assert_close, assert_refused, forward, grads, numpy64, tensor
+from conftest import assert_close, assert_refused, cotangent, forward, grads, numpy64, tensor
 
 import make_inplace_mindspore as mims
 
@@ -37,13 +37,13 @@ def test_forward(mode, dtype, shape, causal, masked):
     assert_close(y, _reference(numpy64(x), None if mask is None else numpy64(mask), causal), dtype, "y")
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 @pytest.mark.parametrize(("causal", "masked"), [(False, False), (True, False), (False, True), (True, True)])
 def test_grad(mode, dtype, causal, masked):
     rng = np.random.default_rng(4)
     shape = (2, 5, 6)
     x64, m64 = rng.standard_normal(shape), rng.standard_normal((2, 1, 6))
-    g = rng.standard_normal(shape).astype(dtype)
+    g = cotangent(rng.standard_normal(shape), dtype)
     inputs = [tensor(x64, dtype)] + ([tensor(m64, dtype)] if masked else [])
     got = grads(mims.softmax_op(causal, masked), inputs, [g], range(len(inputs)))
     y = _reference(numpy64(inputs[0]), numpy64(inputs[1]) if masked else None, causal)

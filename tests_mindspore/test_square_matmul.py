@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import assert_close, assert_refused, forward, grads, numpy64, tensor
+from conftest import assert_close, assert_refused, cotangent, forward, grads, numpy64, tensor
 
 import make_inplace_mindspore as mims
 from make_inplace_mindspore.square_matmul import _out_dtype, _out_shape
@@ -39,15 +39,16 @@ def test_functional_form_matches_op():
     assert_close(mims.square_matmul(x, w, b, transpose=True), expected, "float32")
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("has_bias", [False, True])
 def test_grad(mode, dtype, transpose, has_bias):
     rng = np.random.default_rng(11 + 2 * transpose + has_bias)
     shape, n = (3, 4, 9), 9
     x64, w64, b64 = rng.standard_normal(shape), rng.standard_normal((n, n)), rng.standard_normal(n)
-    dy = rng.standard_normal(shape).astype(dtype)
+    dy = cotangent(rng.standard_normal(shape), dtype)
     inputs = [tensor(x64, dtype), tensor(w64, dtype)] + ([tensor(b64, dtype)] if has_bias else [])
+    x64, w64 = numpy64(inputs[0]), numpy64(inputs[1])
     op = mims.square_matmul_op(transpose, has_bias)
     got = grads(op, inputs, [dy], range(len(inputs)))
     x2, d2 = x64.reshape(-1, n), dy.astype(np.float64).reshape(-1, n)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import assert_close, assert_refused, forward, grads, numpy64, tensor
+from conftest import assert_close, assert_refused, cotangent, forward, grads, numpy64, tensor
 
 import make_inplace_mindspore as mims
 
@@ -43,11 +43,11 @@ def test_forward(mode, dtype, n, f):
     assert_close(out, np.einsum("pk,pkf->pf", w, numpy64(feats)), dtype, "out")
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
 def test_grad(mode, dtype):
     n, f = 17, 6
     feats, points = _inputs(n, f, dtype, 5)
-    g = np.random.default_rng(6).standard_normal((n, f)).astype(dtype)
+    g = cotangent(np.random.default_rng(6).standard_normal((n, f)), dtype)
     gf, gp = grads(mims.trilinear_interpolation_op(), [feats, points], [g], (0, 1))
     w, dw = _weights(numpy64(points))
     g64 = g.astype(np.float64)
