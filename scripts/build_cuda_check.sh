@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 venv=${MAKE_INPLACE_CUDA_VENV:-$HOME/.cache/make_inplace/venv-torch-2.11.0-cu130}
 if ! "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("2.11.0") and torch.version.cuda' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==2.11.0" numpy setuptools wheel ninja 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/pip" install -q "torch==2.11.0" numpy setuptools wheel ninja 2>&1 | { grep -v "^WARNING: Location" || true; }
 fi
 site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
 export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
@@ -19,7 +19,7 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "building the CUDA extension with $("$venv/bin/python" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
-"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true
+"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | { grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
 lib=$(ls "$out"/lib/make_inplace/_C*.so)
 "$venv/bin/python" - "$lib" <<'PY'
 import sys, torch

@@ -7,11 +7,11 @@ from .square_matmul import square_matmul_
 from .trilinear import trilinear_interpolation, trilinear_interpolation_backward
 
 __all__ = [
-    "layer_norm_",
-    "outer_product",
-    "outer_product_backward",
-    "softmax_",
     "square_matmul_",
+    "softmax_",
+    "layer_norm_",
     "trilinear_interpolation",
     "trilinear_interpolation_backward",
+    "outer_product",
+    "outer_product_backward",
 ]
