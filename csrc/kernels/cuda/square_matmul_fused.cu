@@ -720,12 +720,25 @@ bool make_plan(const KernelInfo& info, int bm, int bn, WaveArgs<T>* args, Plan* 
   const int64_t tiles_per_row = ceil_div(args->n, bn);
   const int64_t row_blocks = ceil_div(args->rows, bm);
   const int64_t grid = std::min<int64_t>(info.coresident, row_blocks * tiles_per_row);
-  const int64_t per_wave = grid * info.tiles_per_cta / tiles_per_row;  // >= 1 as it fits
-  const int64_t waves = ceil_div(row_blocks, per_wave);
+  const int64_t max_per_wave = grid * info.tiles_per_cta / tiles_per_row;  // >= 1 as it fits
+  // A wave lasts as long as its busiest CTA: ceil(tiles / grid) tiles. Pick
+  // the row-blocks per wave that minimise the sum of that over the waves,
+  // plus a small charge per wave for the barrier; ties go to fewer waves.
+  int64_t per_wave = max_per_wave;
+  double best = 0.0;
+  for (int64_t b = max_per_wave; b >= 1; --b) {
+    const int64_t full = row_blocks / b, rest = row_blocks % b;
+    const double cost = static_cast<double>(full * ceil_div(b * tiles_per_row, grid) +
+                                            ceil_div(rest * tiles_per_row, grid)) +
+                        0.05 * static_cast<double>(full + (rest > 0));
+    if (b == max_per_wave || cost < best) {
+      best = cost;
+      per_wave = b;
+    }
+  }
   args->row_blocks = row_blocks;
-  // Spread the row-blocks evenly over the waves rather than leave a thin last one.
-  args->blocks_per_wave = ceil_div(row_blocks, waves);
-  args->waves = waves;
+  args->blocks_per_wave = per_wave;
+  args->waves = ceil_div(row_blocks, per_wave);
   args->tiles_per_row = tiles_per_row;
   args->tiles_per_cta = info.tiles_per_cta;
   *plan = {static_cast<int>(grid), info.smem};
