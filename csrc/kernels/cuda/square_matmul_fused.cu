@@ -654,6 +654,10 @@ __global__ void __launch_bounds__(kThreads, 1) simt_wave_kernel(const WaveArgs<T
         }
       }
     }
+    // Every thread has parked (the write-back copies other threads' results),
+    // and after the grid barrier every CTA has finished reading this wave's
+    // rows (their loads were consumed before it).
+    __syncthreads();
     grid.sync();
     for (int j = 0; j < s.count; ++j) {
       int64_t row0, col0;
