@@ -23,6 +23,11 @@ TORCH_LIBRARY(make_inplace, m) {
   m.def(
       "softmax_backward(Tensor grad_output, Tensor output, int dim, "
       "float scale) -> Tensor");
+  // The same written over grad, a buffer the caller owns (e.g. its own
+  // contiguous copy of an expanded grad_output), so no second buffer is needed.
+  m.def(
+      "softmax_backward_(Tensor(a!) grad, Tensor output, int dim, "
+      "float scale) -> ()");
   // x <- layer_norm(x, normalized_shape, weight, bias, eps).
   m.def(
       "layer_norm_(Tensor(a!) x, int[] normalized_shape, Tensor? weight=None, "
@@ -73,7 +78,7 @@ TORCH_LIBRARY_IMPL(make_inplace, CompositeExplicitAutograd, m) {
 // called through torch.ops directly (the CMake route).
 TORCH_LIBRARY_IMPL(make_inplace, ADInplaceOrView, m) {
   for (const char* name :
-       {"square_matmul_", "softmax_", "layer_norm_", "layer_norm_stats_",
+       {"square_matmul_", "softmax_", "softmax_backward_", "layer_norm_", "layer_norm_stats_",
         "trilinear_interpolation", "trilinear_interpolation_backward",
         "outer_product", "outer_product_backward"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<

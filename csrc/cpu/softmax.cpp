@@ -27,11 +27,22 @@ at::Tensor softmax_backward_cpu(const at::Tensor& grad_output,
   return grad_input;
 }
 
+void softmax_backward_inplace_cpu(const at::Tensor& grad, const at::Tensor& output,
+                                  int64_t dim, double scale) {
+  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad");
+  check_no_overlap(grad, "grad", output, "output");
+  if (output.numel() == 0) return;
+  kernels::softmax_backward_cpu(scalar_kind(output.scalar_type()), grad.const_data_ptr(),
+                                output.const_data_ptr(), grad.data_ptr(), p.outer, p.n,
+                                p.inner, p.scale);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(make_inplace, CPU, m) {
   m.impl("softmax_", &softmax_cpu);
   m.impl("softmax_backward", &softmax_backward_cpu);
+  m.impl("softmax_backward_", &softmax_backward_inplace_cpu);
 }
 
 }  // namespace make_inplace

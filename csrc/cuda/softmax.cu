@@ -33,11 +33,24 @@ at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor
   return grad_input;
 }
 
+void softmax_backward_inplace_cuda(const at::Tensor& grad, const at::Tensor& output,
+                                   int64_t dim, double scale) {
+  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad");
+  check_no_overlap(grad, "grad", output, "output");
+  const c10::cuda::CUDAGuard guard(output.device());
+  if (output.numel() == 0) return;
+  C10_CUDA_CHECK(kernels::softmax_backward_cuda(
+      scalar_kind(output.scalar_type()), grad.const_data_ptr(), output.const_data_ptr(),
+      grad.data_ptr(), p.outer, p.n, p.inner, p.scale,
+      at::cuda::getCurrentCUDAStream().stream()));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(make_inplace, CUDA, m) {
   m.impl("softmax_", &softmax_cuda);
   m.impl("softmax_backward", &softmax_backward_cuda);
+  m.impl("softmax_backward_", &softmax_backward_inplace_cuda);
 }
 
 }  // namespace make_inplace

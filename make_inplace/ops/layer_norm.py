@@ -96,9 +96,12 @@ def layer_norm_(
     backward rebuilds ``x_hat = (y - bias) / weight`` from the output. Where
     ``|weight| < 1e-5`` it divides by ``±1e-5`` instead (sign of the weight,
     ``+`` for 0), as apex's memory-efficient layer norm does, so x_hat stays
-    finite: for those features the gradients are approximate (a weight of
-    exactly 0 gets grad_weight 0 there); every other feature is exact up to
-    rounding of y. Grads flow to x, weight and bias.
+    finite: for those features grad_weight and grad_input are approximate (a
+    weight of exactly 0 gets grad_weight 0 there, and that feature's
+    grad_input lacks its x_hat term); every other feature is exact up to
+    the rounding of y, which the division amplifies by ``1/|weight|`` - in
+    float16/bfloat16, features with small weights get visibly less accurate
+    gradients than torch's (which keeps x). Grads flow to x, weight and bias.
 
     Example::
 

@@ -10,6 +10,7 @@ from ._common import check_leaf_inplace
 _loader.load()
 _op = torch.ops.make_inplace.softmax_
 _backward_op = torch.ops.make_inplace.softmax_backward
+_backward_inplace_op = torch.ops.make_inplace.softmax_backward_
 
 
 @torch.library.register_fake("make_inplace::softmax_")
@@ -20,6 +21,25 @@ def _(x, dim=-1, *, scale=None, causal=False, mask=None):
 @torch.library.register_fake("make_inplace::softmax_backward")
 def _(grad_output, output, dim, scale):
     return torch.empty_like(output)
+
+
+@torch.library.register_fake("make_inplace::softmax_backward_")
+def _(grad, output, dim, scale):
+    return None
+
+
+def _grad_of_values(grad_y: torch.Tensor, y: torch.Tensor, dim: int, scale: float) -> torch.Tensor:
+    """scale * y * (dy - sum(dy * y, dim)) without ever writing into autograd's grad_y.
+
+    A non-contiguous grad_y (e.g. the expanded ones of ``loss = y.sum()``) must be
+    copied for the kernel anyway; that copy is ours, so the result is written
+    over it instead of into a second buffer.
+    """
+    if grad_y.is_contiguous():
+        return _backward_op(grad_y, y, dim, scale)
+    grad = grad_y.contiguous()
+    _backward_inplace_op(grad, y, dim, scale)
+    return grad
 
 
 class _Softmax(torch.autograd.Function):
@@ -39,18 +59,18 @@ class _Softmax(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_y):
         (y,) = ctx.saved_tensors
-        # autograd may hand an expanded or strided grad; the kernel reads rows.
-        grad_y = grad_y.contiguous()
         grad_x = grad_mask = None
         if ctx.needs_input_grad[4]:
             # d/dmask is the gradient w.r.t. the pre-softmax value v = x*scale + mask,
             # summed over the dims the mask was broadcast along.
-            grad_v = _backward_op(grad_y, y, ctx.dim, 1.0)
+            grad_v = _grad_of_values(grad_y, y, ctx.dim, 1.0)
             grad_mask = grad_v.sum_to_size(ctx.mask_shape)
             if ctx.needs_input_grad[0]:
-                grad_x = grad_v.mul_(ctx.scale)
+                # sum_to_size returns grad_v itself when the mask has x's shape.
+                shared = grad_mask.data_ptr() == grad_v.data_ptr()
+                grad_x = grad_v * ctx.scale if shared else grad_v.mul_(ctx.scale)
         elif ctx.needs_input_grad[0]:
-            grad_x = _backward_op(grad_y, y, ctx.dim, ctx.scale)
+            grad_x = _grad_of_values(grad_y, y, ctx.dim, ctx.scale)
         return grad_x, None, None, None, grad_mask
 
 

@@ -3,7 +3,9 @@
 // shared by the CPU and CUDA bindings. Every check runs before any write.
 #include <ATen/ATen.h>
 
+#include <array>
 #include <optional>
+#include <vector>
 
 #include "make_inplace/checks.h"
 

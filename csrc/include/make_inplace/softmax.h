@@ -108,17 +108,20 @@ inline SoftmaxPlan check_softmax_args(const at::Tensor& x, int64_t dim,
   return plan;
 }
 
+// grad_name: "grad_output" (softmax_backward) or "grad" (softmax_backward_,
+// which writes the result over it).
 inline SoftmaxPlan check_softmax_backward_args(const at::Tensor& grad_output,
                                                const at::Tensor& output,
-                                               int64_t dim, double scale) {
+                                               int64_t dim, double scale,
+                                               const char* grad_name = "grad_output") {
   check_float_dtype(output, "output");
-  check_same_dtype(grad_output, "grad_output", output, "output");
-  check_same_device(grad_output, "grad_output", output, "output");
-  TORCH_CHECK(grad_output.sizes() == output.sizes(),
-              "grad_output must have output's shape ", output.sizes(),
-              ", got ", grad_output.sizes());
+  check_same_dtype(grad_output, grad_name, output, "output");
+  check_same_device(grad_output, grad_name, output, "output");
+  TORCH_CHECK(grad_output.sizes() == output.sizes(), grad_name,
+              " must have output's shape ", output.sizes(), ", got ",
+              grad_output.sizes());
   const int64_t d = wrap_softmax_dim(output, dim, "softmax_backward");
-  check_contiguous(grad_output, "grad_output", "the kernel reads it row by row");
+  check_contiguous(grad_output, grad_name, "the kernel reads it row by row");
   check_contiguous(output, "output", "the kernel reads it row by row");
   SoftmaxPlan plan;
   split_sizes(output, d, plan);

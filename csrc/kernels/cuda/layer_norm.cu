@@ -1,7 +1,7 @@
 // layer_norm_ and its backward on CUDA, torch-free.
 //
 // Forward: rows that fit on chip are held in registers by `tpr` threads (a
-// sub-warp or warp for short rows, up to a 1024-thread CTA for long ones):
+// sub-warp or warp for short rows, up to a 512-thread CTA for long ones):
 // one read and one write per element, mean and variance in two passes over
 // the registers (no E[x^2] - E[x]^2 cancellation). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
@@ -17,18 +17,16 @@ namespace {
 
 using namespace rowwise;
 
-constexpr int kMaxNV = 8;
-constexpr int kMaxTpr = 1024;
-constexpr int kSmallBlock = 128;
-constexpr int kLongThreads = 1024;
+constexpr int kLongThreads = 512;
 constexpr int kColTile = 32;    // columns per CTA in the grad_weight/bias sums
 constexpr int kColRows = 8;     // row lanes per CTA there
 constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
 
+// Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
 template <typename T, int VEC, int NV>
-__global__ void __launch_bounds__(kMaxTpr)
+__global__ void __launch_bounds__(kOnChipMaxThreads)
     layer_norm_rows_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                           int64_t row0, int64_t rows, int64_t n, int tpr, acc_t<T> eps,
+                           int64_t row0, int64_t rows, int n, int tpr, acc_t<T> eps,
                            acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ rstd_out) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
@@ -38,13 +36,13 @@ __global__ void __launch_bounds__(kMaxTpr)
   const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
   const bool active = row < rows;
   T* p = x + (active ? row : 0) * n;
-  const int64_t end = active ? n : 0;
+  const int end = active ? n : 0;
 
   V buf[NV];
   A sum = 0;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     if (col < end) {
       buf[k] = *reinterpret_cast<const V*>(p + col);
 #pragma unroll
@@ -55,11 +53,11 @@ __global__ void __launch_bounds__(kMaxTpr)
   A sq = 0;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     if (col < end) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A d = to_acc(buf[k].v[e]) - mean;
+        const A d = to_acc_fresh(buf[k].v[e]) - mean;
         sq += d * d;
       }
     }
@@ -68,14 +66,14 @@ __global__ void __launch_bounds__(kMaxTpr)
   const A rstd = rsqrt_acc(var + eps);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     if (col < end) {
       V wv, bv, out;
       if (w != nullptr) wv = *reinterpret_cast<const V*>(w + col);
       if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        A v = (to_acc(buf[k].v[e]) - mean) * rstd;
+        A v = (to_acc_fresh(buf[k].v[e]) - mean) * rstd;
         if (w != nullptr) v *= to_acc(wv.v[e]);
         if (b != nullptr) v += to_acc(bv.v[e]);
         out.v[e] = from_acc<T>(v);
@@ -136,6 +134,8 @@ __global__ void __launch_bounds__(kLongThreads)
   T* p = x + row * n;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
   Moments<A> mine{0, 0, 0};
+  // Unrolled so each thread has several independent loads in flight.
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     A s = 0;
@@ -153,6 +153,7 @@ __global__ void __launch_bounds__(kLongThreads)
   const Moments<A> all = block_moments(mine, scratch);
   const A mean = all.mean;
   const A rstd = rsqrt_acc(all.m2 / static_cast<A>(n) + eps);
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     V wv, bv, out;
@@ -183,7 +184,7 @@ __device__ __forceinline__ A clamp_weight(A w) {
 }
 
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kMaxTpr)
+__global__ void __launch_bounds__(kOnChipMaxThreads)
     layer_norm_backward_rows_kernel(const T* __restrict__ dy, const T* __restrict__ y,
                                     const T* __restrict__ w, const T* __restrict__ b,
                                     const acc_t<T>* __restrict__ rstd, int64_t row0,
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(kMaxTpr)
     }
   };
   A sum_g = 0, sum_gx = 0;
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     A g[VEC], xh[VEC];
     load(col, g, xh);
@@ -231,6 +233,7 @@ __global__ void __launch_bounds__(kMaxTpr)
   const A mean_g = group_reduce(sum_g, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
   const A mean_gx = group_reduce(sum_gx, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
   const A rs = active ? rstd[row] : A(0);
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     A g[VEC], xh[VEC];
     load(col, g, xh);
@@ -307,29 +310,14 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
   return cudaSuccess;
 }
 
-inline bool on_chip_plan(int64_t nvec, int* tpr, int* nv) {
-  if (nvec <= 32) {
-    *tpr = pow2_at_least(nvec);
-    *nv = 1;
-  } else if (nvec <= 32 * kMaxNV) {
-    *tpr = 32;
-    *nv = pow2_at_least((nvec + 31) / 32);
-  } else if (nvec <= static_cast<int64_t>(kMaxTpr) * kMaxNV) {
-    *tpr = std::max(kSmallBlock, pow2_at_least((nvec + kMaxNV - 1) / kMaxNV));
-    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
-  } else {
-    return false;
-  }
-  return true;
-}
-
 template <typename T, int VEC, int NV>
 cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                         acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_kernel<T, VEC, NV>
-        <<<grid, block, 0, stream>>>(x, w, b, row0, rows, n, tpr, eps, mean, rstd);
+        <<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr, eps, mean,
+                                     rstd);
   });
 }
 
@@ -337,13 +325,19 @@ template <typename T, int VEC>
 cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
                         acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), &tpr, &nv)) {
     switch (nv) {
       case 1: return launch_rows<T, VEC, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
       case 2: return launch_rows<T, VEC, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
       case 4: return launch_rows<T, VEC, 4>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
-      default: return launch_rows<T, VEC, 8>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+      case 8: return launch_rows<T, VEC, 8>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+      case 16:
+        if constexpr (max_vectors_per_thread<T>() >= 16) {
+          return launch_rows<T, VEC, 16>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+        }
+        break;
     }
+    return cudaErrorInvalidValue;  // on_chip_plan never returns nv above the maximum
   }
   return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
     layer_norm_long_kernel<T, VEC>
@@ -366,7 +360,7 @@ cudaError_t backward_rows(const T* dy, const T* y, const T* w, const T* b,
                           cudaStream_t stream) {
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, w, b, rstd, row0, rows, n, tpr, dx);

@@ -2,7 +2,7 @@
 //
 // Forward, softmax over the last dim (rows):
 //  * rows that fit on chip: `tpr` threads own a row (a sub-warp or warp for
-//    short rows, several rows per CTA; a CTA of up to 1024 threads for long
+//    short rows, several rows per CTA; a CTA of up to 512 threads for long
 //    ones), each holding NV vectors of the row in registers, so every element
 //    is read once and written once (max, sum and write passes run from
 //    registers). 16-byte vectors when the row start is 16-byte aligned.
@@ -21,48 +21,48 @@ namespace {
 
 using namespace rowwise;
 
-constexpr int kMaxNV = 8;        // vectors per thread in the on-chip kernel
-constexpr int kMaxTpr = 1024;    // threads per row in the on-chip kernel
-constexpr int kSmallBlock = 128; // CTA size when several rows share a CTA
-constexpr int kLongThreads = 1024;
+constexpr int kLongThreads = 512;
 constexpr int kColumnThreads = 256;
 
 // Value of element c of a row after scale, mask and causal cut: -inf where
-// masked out. `valid` = number of unmasked (causal) columns.
-template <typename T>
+// masked out. `valid` = number of columns the causal cut keeps. MASKED is a
+// template flag so the common unmasked kernels carry no mask registers.
+template <typename T, bool MASKED, typename Index>
 struct RowValue {
   const T* mask;
   int64_t mask_row;
   int64_t mask_step;
-  int64_t valid;
+  Index valid;
   acc_t<T> scale;
 
-  __device__ __forceinline__ acc_t<T> operator()(T raw, int64_t c) const {
+  __device__ __forceinline__ acc_t<T> operator()(T raw, Index c) const {
     if (c >= valid) return neg_inf<T>();
-    acc_t<T> v = to_acc(raw) * scale;
-    if (mask != nullptr) v += to_acc(mask[mask_row + c * mask_step]);
+    acc_t<T> v = to_acc_fresh(raw) * scale;
+    if constexpr (MASKED) v += load_acc_fresh(mask + mask_row + c * mask_step);
     return v;
   }
 };
 
-template <typename T>
-__device__ __forceinline__ RowValue<T> row_value(int64_t row, bool active, int64_t n,
-                                                 acc_t<T> scale, int64_t causal_rows,
-                                                 const MaskLayout& mask) {
-  RowValue<T> rv;
+template <typename T, bool MASKED, typename Index>
+__device__ __forceinline__ RowValue<T, MASKED, Index> row_value(int64_t row, bool active,
+                                                                int64_t n, acc_t<T> scale,
+                                                                int64_t causal_rows,
+                                                                const MaskLayout& mask) {
+  RowValue<T, MASKED, Index> rv;
   rv.mask = static_cast<const T*>(mask.data);
-  rv.mask_row = rv.mask != nullptr && active
-                    ? mask_offset(mask.outer_rank, mask.outer_sizes, mask.outer_strides, row)
-                    : 0;
+  rv.mask_row = MASKED && active ? mask_offset(mask.outer_rank, mask.outer_sizes,
+                                               mask.outer_strides, row)
+                                 : 0;
   rv.mask_step = mask.dim_stride;
-  rv.valid = !active ? 0 : causal_rows > 0 ? min(n, row % causal_rows + 1) : n;
+  rv.valid = static_cast<Index>(!active ? 0 : causal_rows > 0 ? min(n, row % causal_rows + 1) : n);
   rv.scale = scale;
   return rv;
 }
 
-template <typename T, int VEC, int NV>
-__global__ void __launch_bounds__(kMaxTpr)
-    softmax_rows_kernel(T* __restrict__ x, int64_t row0, int64_t rows, int64_t n, int tpr,
+// Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
+template <typename T, int VEC, int NV, bool MASKED>
+__global__ void __launch_bounds__(kOnChipMaxThreads)
+    softmax_rows_kernel(T* __restrict__ x, int64_t row0, int64_t rows, int n, int tpr,
                         acc_t<T> scale, int64_t causal_rows, MaskLayout mask) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
@@ -72,19 +72,19 @@ __global__ void __launch_bounds__(kMaxTpr)
   const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
   const bool active = row < rows;
   T* p = x + (active ? row : 0) * n;
-  const RowValue<T> value = row_value<T>(row, active, n, scale, causal_rows, mask);
+  const auto value = row_value<T, MASKED, int>(row, active, n, scale, causal_rows, mask);
 
   V buf[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     // Columns at or past `valid` are masked out: not read, only written.
     if (col < value.valid) buf[k] = *reinterpret_cast<const V*>(p + col);
   }
   A m = neg_inf<T>();
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m = nan_max(m, value(buf[k].v[e], col + e));
   }
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kMaxTpr)
   A s = 0;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     if (col < value.valid) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += fast_exp(value(buf[k].v[e], col + e) - m);
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kMaxTpr)
   const A inv = A(1) / s;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
-    const int64_t col = (static_cast<int64_t>(k) * tpr + lane) * VEC;
+    const int col = (k * tpr + lane) * VEC;
     if (active && col < n) {
       V out;
 #pragma unroll
@@ -124,7 +124,7 @@ __device__ __forceinline__ void online_add(A& m, A& s, A chunk_max, A chunk_sum_
   m = mn;
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool MASKED>
 __global__ void __launch_bounds__(kLongThreads)
     softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t n, acc_t<T> scale,
                         int64_t causal_rows, MaskLayout mask) {
@@ -133,10 +133,12 @@ __global__ void __launch_bounds__(kLongThreads)
   __shared__ A scratch[32];
   const int64_t row = row0 + blockIdx.x;
   T* p = x + row * n;
-  const RowValue<T> value = row_value<T>(row, true, n, scale, causal_rows, mask);
+  const auto value = row_value<T, MASKED, int64_t>(row, true, n, scale, causal_rows, mask);
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 
   A m = neg_inf<T>(), s = 0;
+  // Unrolled so each thread has several independent loads in flight.
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
     A v[VEC];
@@ -156,6 +158,7 @@ __global__ void __launch_bounds__(kLongThreads)
   // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
   const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
   const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     V io;
     if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
@@ -197,9 +200,9 @@ __global__ void __launch_bounds__(kColumnThreads)
 }
 
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kMaxTpr)
-    softmax_backward_rows_kernel(const T* __restrict__ dy, const T* __restrict__ y,
-                                 T* __restrict__ dx, int64_t row0, int64_t rows, int64_t n,
+__global__ void __launch_bounds__(kOnChipMaxThreads)
+    softmax_backward_rows_kernel(const T* dy, const T* __restrict__ y,
+                                 T* dx, int64_t row0, int64_t rows, int64_t n,
                                  int tpr, acc_t<T> scale) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
@@ -212,6 +215,7 @@ __global__ void __launch_bounds__(kMaxTpr)
   const int64_t end = active ? n : 0;
   const int64_t step = static_cast<int64_t>(tpr) * VEC;
   A dot = 0;
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     const V g = *reinterpret_cast<const V*>(dy + off + col);
     const V o = *reinterpret_cast<const V*>(y + off + col);
@@ -219,6 +223,7 @@ __global__ void __launch_bounds__(kMaxTpr)
     for (int e = 0; e < VEC; ++e) dot += to_acc(g.v[e]) * to_acc(o.v[e]);
   }
   dot = group_reduce(dot, tpr, A(0), scratch, SumOp{});
+#pragma unroll 4
   for (int64_t col = static_cast<int64_t>(lane) * VEC; col < end; col += step) {
     const V g = *reinterpret_cast<const V*>(dy + off + col);
     const V o = *reinterpret_cast<const V*>(y + off + col);
@@ -233,8 +238,8 @@ __global__ void __launch_bounds__(kMaxTpr)
 
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads)
-    softmax_backward_columns_kernel(const T* __restrict__ dy, const T* __restrict__ y,
-                                    T* __restrict__ dx, int64_t col0, int64_t columns,
+    softmax_backward_columns_kernel(const T* dy, const T* __restrict__ y,
+                                    T* dx, int64_t col0, int64_t columns,
                                     int64_t n, int64_t inner, acc_t<T> scale) {
   using A = acc_t<T>;
   const int64_t c = col0 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -261,50 +266,61 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
   return cudaSuccess;
 }
 
-template <typename T, int VEC, int NV>
+template <typename T, int VEC, int NV, bool MASKED>
 cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
                         int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
-    softmax_rows_kernel<T, VEC, NV>
-        <<<grid, block, 0, stream>>>(x, row0, rows, n, tpr, scale, causal_rows, mask);
+    softmax_rows_kernel<T, VEC, NV, MASKED><<<grid, block, 0, stream>>>(
+        x, row0, rows, static_cast<int>(n), tpr, scale, causal_rows, mask);
   });
 }
 
-// Picks threads per row and vectors per thread for the on-chip kernel; false
-// when the row is too long to hold on chip.
-inline bool on_chip_plan(int64_t nvec, int* tpr, int* nv) {
-  if (nvec <= 32) {
-    *tpr = pow2_at_least(nvec);
-    *nv = 1;
-  } else if (nvec <= 32 * kMaxNV) {
-    *tpr = 32;
-    *nv = pow2_at_least((nvec + 31) / 32);
-  } else if (nvec <= static_cast<int64_t>(kMaxTpr) * kMaxNV) {
-    *tpr = std::max(kSmallBlock, pow2_at_least((nvec + kMaxNV - 1) / kMaxNV));
-    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
-  } else {
-    return false;
+// Masked rows keep at most 4 vectors per thread on chip: the per-element mask
+// addresses need registers of their own.
+template <typename T, bool MASKED>
+constexpr int max_nv() {
+  return MASKED ? 4 : max_vectors_per_thread<T>();
+}
+
+template <typename T, int VEC, bool MASKED>
+cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                         const MaskLayout& mask, cudaStream_t stream) {
+  int tpr = 0, nv = 0;
+  if (on_chip_plan((n + VEC - 1) / VEC, max_nv<T, MASKED>(), &tpr, &nv)) {
+    switch (nv) {
+      case 1:
+        return launch_rows<T, VEC, 1, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      case 2:
+        return launch_rows<T, VEC, 2, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      case 4:
+        return launch_rows<T, VEC, 4, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+      case 8:
+        if constexpr (max_nv<T, MASKED>() >= 8) {
+          return launch_rows<T, VEC, 8, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
+        }
+        break;
+      case 16:
+        if constexpr (max_nv<T, MASKED>() >= 16) {
+          return launch_rows<T, VEC, 16, MASKED>(x, rows, n, tpr, scale, causal_rows, mask,
+                                                 stream);
+        }
+        break;
+    }
+    return cudaErrorInvalidValue;  // on_chip_plan never returns nv above max_nv
   }
-  return true;
+  return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
+    softmax_long_kernel<T, VEC, MASKED>
+        <<<grid, kLongThreads, 0, stream>>>(x, row0, n, scale, causal_rows, mask);
+  });
 }
 
 template <typename T, int VEC>
 cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                          const MaskLayout& mask, cudaStream_t stream) {
-  int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, &tpr, &nv)) {
-    switch (nv) {
-      case 1: return launch_rows<T, VEC, 1>(x, rows, n, tpr, scale, causal_rows, mask, stream);
-      case 2: return launch_rows<T, VEC, 2>(x, rows, n, tpr, scale, causal_rows, mask, stream);
-      case 4: return launch_rows<T, VEC, 4>(x, rows, n, tpr, scale, causal_rows, mask, stream);
-      default: return launch_rows<T, VEC, 8>(x, rows, n, tpr, scale, causal_rows, mask, stream);
-    }
-  }
-  return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
-    softmax_long_kernel<T, VEC>
-        <<<grid, kLongThreads, 0, stream>>>(x, row0, n, scale, causal_rows, mask);
-  });
+  return mask.data != nullptr
+             ? forward_rows<T, VEC, true>(x, rows, n, scale, causal_rows, mask, stream)
+             : forward_rows<T, VEC, false>(x, rows, n, scale, causal_rows, mask, stream);
 }
 
 template <typename T>
@@ -330,7 +346,7 @@ cudaError_t backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t 
   // About four vectors per thread; up to 512 threads on one row.
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr >= kSmallBlock ? tpr : kSmallBlock;
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, dx, row0, rows, n, tpr, scale);

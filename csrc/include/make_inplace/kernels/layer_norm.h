@@ -18,9 +18,11 @@ namespace make_inplace::kernels {
 // |weight| < kLayerNormWeightClamp the division uses +-kLayerNormWeightClamp
 // instead (the sign of weight, + for 0), as apex's memory-efficient layer norm
 // does, so the rebuilt x_hat stays finite. For such features x_hat, and hence
-// grad_weight there and their share of grad_input's row terms, are
-// approximate (exact x_hat would need x, which was overwritten); a weight of
-// exactly 0 loses that feature's x_hat, giving grad_weight 0 there.
+// grad_weight and grad_input at that feature, are approximate (exact x_hat
+// would need x, which was overwritten); a weight of exactly 0 loses that
+// feature's x_hat, giving grad_weight 0 there. Other features stay exact: a
+// feature's share of the row sums is dy * w * x_hat, which the clamp leaves
+// at about the true value (|w| tiny).
 constexpr double kLayerNormWeightClamp = 1e-5;
 
 // x <- (x - mean) * rstd * weight + bias per row, rstd = 1/sqrt(var + eps)

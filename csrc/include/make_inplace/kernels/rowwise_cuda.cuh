@@ -23,6 +23,53 @@ __device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162flo
 __device__ __forceinline__ float to_acc(float v) { return v; }
 __device__ __forceinline__ double to_acc(double v) { return v; }
 
+// The same conversion, but opaque to the compiler (volatile asm), for kernels
+// that keep a row of 16-bit values in registers and convert them again in each
+// pass: with plain conversions the compiler merges the passes' conversions and
+// keeps a float copy of the whole row live, doubling the registers and spilling.
+__device__ __forceinline__ float to_acc_fresh(__half v) {
+  float out;
+  asm volatile("cvt.f32.f16 %0, %1;" : "=f"(out) : "h"(__half_as_ushort(v)));
+  return out;
+}
+__device__ __forceinline__ float to_acc_fresh(__nv_bfloat16 v) {
+  unsigned int out;
+  asm volatile("shl.b32 %0, %1, 16;" : "=r"(out) : "r"(static_cast<unsigned int>(__bfloat16_as_ushort(v))));
+  return __uint_as_float(out);
+}
+__device__ __forceinline__ float to_acc_fresh(float v) { return v; }
+__device__ __forceinline__ double to_acc_fresh(double v) { return v; }
+
+// A read-only global load the compiler may not merge with an earlier one of
+// the same address (same reason as to_acc_fresh: no row-sized float copy).
+__device__ __forceinline__ float load_acc_fresh(const __half* p) {
+  unsigned short bits;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(bits) : "l"(p));
+  return __half2float(__ushort_as_half(bits));
+}
+__device__ __forceinline__ float load_acc_fresh(const __nv_bfloat16* p) {
+  unsigned short bits;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(bits) : "l"(p));
+  return __uint_as_float(static_cast<unsigned int>(bits) << 16);
+}
+__device__ __forceinline__ float load_acc_fresh(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ double load_acc_fresh(const double* p) {
+  double v;
+  asm volatile("ld.global.nc.f64 %0, [%1];" : "=d"(v) : "l"(p));
+  return v;
+}
+
+// Vectors per thread the on-chip kernels may hold: 16 (64 registers of row
+// data) except for float64, where 16 vectors of 2 doubles would spill.
+template <typename T>
+constexpr int max_vectors_per_thread() {
+  return sizeof(T) == 8 ? 8 : 16;
+}
+
 template <typename T>
 __device__ __forceinline__ T from_acc(acc_t<T> v);
 template <>
@@ -112,6 +159,37 @@ void dispatch(ScalarKind kind, F&& f) {
     case ScalarKind::kFloat32: f(float{}); break;
     case ScalarKind::kFloat64: f(double{}); break;
   }
+}
+
+// Threads on one row in the on-chip kernels (512 leaves each 128 registers),
+// and the CTA size when several short rows share a CTA.
+constexpr int kOnChipMaxThreads = 512;
+constexpr int kSmallBlock = 128;
+
+// Threads per row (tpr) and vectors per thread (nv, a power of two up to
+// max_nv) for an on-chip kernel holding a row of nvec vectors in registers:
+// short rows get a sub-warp or a warp (several rows per CTA), longer ones a
+// CTA with about 8 vectors in flight per thread. False when the row does not
+// fit (the caller then streams it through global memory).
+inline bool on_chip_plan(int64_t nvec, int max_nv, int* tpr, int* nv) {
+  const int per_thread = max_nv < 8 ? max_nv : 8;
+  if (nvec <= 32) {
+    *tpr = pow2_at_least(nvec);
+    *nv = 1;
+  } else if (nvec <= 32 * per_thread) {
+    *tpr = 32;
+    *nv = pow2_at_least((nvec + 31) / 32);
+  } else if (nvec <= static_cast<int64_t>(kOnChipMaxThreads) * per_thread) {
+    *tpr = pow2_at_least((nvec + per_thread - 1) / per_thread);
+    if (*tpr < kSmallBlock) *tpr = kSmallBlock;
+    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
+  } else if (nvec <= static_cast<int64_t>(kOnChipMaxThreads) * max_nv) {
+    *tpr = kOnChipMaxThreads;
+    *nv = max_nv;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 // Rows per launch capped so gridDim.x stays within CUDA's 2^31 - 1 limit; the

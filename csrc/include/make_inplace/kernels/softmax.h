@@ -41,13 +41,21 @@ struct MaskLayout {
   int64_t inner_strides[kMaskMaxDims] = {};
 };
 
-MAKE_INPLACE_HD inline int64_t mask_offset(int rank, const int64_t* sizes,
-                                           const int64_t* strides,
+// The loop runs over the fixed kMaskMaxDims with constant indices, so on the
+// GPU the layout stays in kernel-parameter space instead of being copied to
+// local memory for dynamic indexing.
+MAKE_INPLACE_HD inline int64_t mask_offset(int rank, const int64_t (&sizes)[kMaskMaxDims],
+                                           const int64_t (&strides)[kMaskMaxDims],
                                            int64_t index) {
   int64_t offset = 0;
-  for (int k = rank - 1; k >= 0; --k) {
-    offset += (index % sizes[k]) * strides[k];
-    index /= sizes[k];
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int k = kMaskMaxDims - 1; k >= 0; --k) {
+    if (k < rank) {
+      offset += (index % sizes[k]) * strides[k];
+      index /= sizes[k];
+    }
   }
   return offset;
 }
@@ -62,7 +70,8 @@ int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n,
                         const MaskLayout& mask);
 
 // grad_input = scale * y * (grad_output - sum_n(grad_output * y)).
-// grad_input must not overlap grad_output or y.
+// grad_input may be grad_output itself (each element is read before it is
+// written, by the same thread); it must not overlap y.
 int softmax_backward_cpu(ScalarKind kind, const void* grad_output,
                          const void* y, void* grad_input, int64_t outer,
                          int64_t n, int64_t inner, double scale);

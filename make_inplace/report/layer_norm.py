@@ -1,0 +1,52 @@
+"""Report rows for layer_norm_ against torch.nn.functional.layer_norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import Row
+from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+
+
+def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype) -> Row:
+    from make_inplace import layer_norm_
+
+    fresh_cuda_memory()
+    x = torch.randn(rows, n, device=device, dtype=dtype) * 2 + 1
+    w = torch.randn(n, device=device, dtype=dtype)
+    b = torch.randn(n, device=device, dtype=dtype)
+    expected = F.layer_norm(x.double(), (n,), w.double(), b.double())
+    ours_bytes = torch_bytes = None
+    if device.type == "cuda":
+        ours_bytes = cuda_peak_extra(lambda: layer_norm_(x, n, w, b), device).reserved
+        error = relative_error(x, expected)
+        fresh_cuda_memory()
+        torch_bytes = cuda_peak_extra(lambda: F.layer_norm(x, (n,), w, b), device).reserved
+    else:
+        layer_norm_(x, n, w, b)
+        error = relative_error(x, expected)
+    # Repeated application keeps x finite (normalized, then the same affine map).
+    ours_ms = time_ms(lambda: layer_norm_(x, n, w, b), device)
+    torch_ms = time_ms(lambda: F.layer_norm(x, (n,), w, b), device)
+    gbps = 2 * x.nbytes / (ours_ms * 1e-3) / 1e9
+    return Row(
+        op="layer_norm_",
+        device=device.type,
+        dtype=str(dtype).replace("torch.", ""),
+        shape=f"({rows}, {n}) affine",
+        ours_ms=ours_ms,
+        torch_ms=torch_ms,
+        rel_error=error,
+        ours_bytes=ours_bytes,
+        torch_bytes=torch_bytes,
+        notes=f"{gbps:.0f} GB/s (read + write)",
+    )
+
+
+def rows(device: torch.device) -> list[Row]:
+    if device.type == "cuda":
+        cases = [(4096, 4096, torch.bfloat16), (4194304, 32, torch.bfloat16), (1024, 65536, torch.bfloat16)]
+    else:
+        cases = [(512, 1024, torch.float32)]
+    return [_row(device, *case) for case in cases]
