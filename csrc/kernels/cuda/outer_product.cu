@@ -23,6 +23,23 @@ using namespace cuda_detail;
 
 constexpr int kThreads = 256;
 
+// (batch item, row) of a flat row index, advanced by a fixed step without a
+// 64-bit division per row (the forward writes only one pack per lane per row
+// at small m, so per-row integer work would show in its throughput).
+struct RowCursor {
+  int64_t s, i, step_s, step_i, n;
+  __device__ RowCursor(int64_t row, int64_t step, int64_t n_)
+      : s(row / n_), i(row % n_), step_s(step / n_), step_i(step % n_), n(n_) {}
+  __device__ void advance() {
+    s += step_s;
+    i += step_i;
+    if (i >= n) {
+      i -= n;
+      ++s;
+    }
+  }
+};
+
 template <typename T>
 __device__ __forceinline__ void store_result(T* dst, acc_t<T> value, bool accumulate) {
   *dst = from_acc<T>(accumulate ? to_acc(*dst) + value : value);
@@ -36,9 +53,10 @@ __global__ void __launch_bounds__(kThreads)
   using A = acc_t<T>;
   const int64_t packs = m / V;
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * blockDim.y;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
-       row += row_step) {
-    const int64_t s = row / n, i = row - s * n;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  RowCursor at(first, row_step, n);
+  for (int64_t row = first; row < rows; row += row_step, at.advance()) {
+    const int64_t s = at.s, i = at.i;
     const A ai = to_acc(a[s * as0 + i * as1]);
     const T* b_row = b + s * bs0;
     T* o_row = out + row * m;
@@ -66,12 +84,13 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t mine = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / group;
   // Warp-uniform trip count (keyed on the warp's first group) for the shuffles.
   const int64_t offset_in_warp = (threadIdx.x & 31) / group;
-  for (int64_t base = mine - offset_in_warp; base < rows; base += groups_per_grid) {
+  RowCursor at(mine, groups_per_grid, n);
+  for (int64_t base = mine - offset_in_warp; base < rows; base += groups_per_grid, at.advance()) {
     const int64_t row = base + offset_in_warp;
     const bool valid = row < rows;
     A sum = 0;
     if (valid) {
-      const int64_t s = row / n, i = row - s * n;
+      const int64_t s = at.s, i = at.i;
       const T* g_row = g + s * gs0 + i * gs1;
       const T* b_row = b + s * bs0;
       for (int64_t c = lane; c < packs; c += group) {
@@ -146,20 +165,22 @@ __global__ void __launch_bounds__(kThreads)
         if (valid && x == 0) store_result(grad_a + s * n + i, row_sum, accumulate);
       }
     }
-    // Tree-sum the ty row-groups' column sums in shared memory.
+    // Tree-sum the ty row-groups' column sums in shared memory, laid out
+    // [P * V][thread] so that a warp touches consecutive words.
+    const int tid = y * tx + x;
     __syncthreads();  // the previous unit's readers are done with `partial`
-    A* mine = partial + (y * tx + x) * (P * V);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) mine[p * V + e] = col[p][e];
+      for (int e = 0; e < V; ++e) partial[(p * V + e) * kThreads + tid] = col[p][e];
     }
     __syncthreads();
     for (int half = ty / 2; half > 0; half /= 2) {
       if (y < half) {
-        const A* other = partial + ((y + half) * tx + x) * (P * V);
 #pragma unroll
-        for (int k = 0; k < P * V; ++k) mine[k] += other[k];
+        for (int k = 0; k < P * V; ++k) {
+          partial[k * kThreads + tid] += partial[k * kThreads + tid + half * tx];
+        }
       }
       __syncthreads();
     }
@@ -173,10 +194,10 @@ __global__ void __launch_bounds__(kThreads)
           if (accumulate) {
             const Pack<T, V> old = load_pack<T, V>(dst, 1, true);
 #pragma unroll
-            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(to_acc(old.v[e]) + mine[p * V + e]);
+            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(to_acc(old.v[e]) + partial[(p * V + e) * kThreads + x]);
           } else {
 #pragma unroll
-            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(mine[p * V + e]);
+            for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(partial[(p * V + e) * kThreads + x]);
           }
           store_pack<T, V>(dst, r);
         }
