@@ -289,6 +289,26 @@ def test_bad_input_names_argument_and_writes_nothing(device, case):
 
 
 @CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1025, 2048])
+def test_cuda_many_items_wide_rows(dtype, m):
+    # More batch items than twice the SMs and rows too wide for one strip: the
+    # CUDA backward sweeps each item strip by strip (row sums in shared memory).
+    batch, n = 300, 33
+    a, b = make((batch, n), dtype, "cuda"), make((batch, m), dtype, "cuda")
+    grad_out = make((batch, n, m), dtype, "cuda")
+    grad_a, grad_b = torch.full_like(a, float("nan")), torch.full_like(b, float("nan"))
+    make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b)
+    ref_a, ref_b = reference_grads(grad_out, a, b)
+    close(grad_a, ref_a, dtype, scale=m**0.5)
+    close(grad_b, ref_b, dtype, scale=n**0.5)
+    a0, b0 = grad_a.clone(), grad_b.clone()
+    make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b, accumulate=True)
+    close(grad_a, a0.double() + ref_a, dtype, scale=2 * m**0.5)
+    close(grad_b, b0.double() + ref_b, dtype, scale=2 * n**0.5)
+
+
+@CUDA
 def test_wrong_device_buffer():
     a, b = make((2, 3), torch.float32, "cuda"), make((2, 4), torch.float32, "cuda")
     out = torch.zeros(2, 3, 4)

@@ -62,17 +62,22 @@ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Grid-stride launches are capped at a few resident waves of 256-thread
-// blocks: enough to fill every SM, few enough that the grid never overflows.
-inline int64_t grid_for(int64_t work_items, int64_t per_block) {
+// Streaming multiprocessors of the current device (132 if it cannot be read).
+inline int sm_count() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       sms <= 0) {
-    sms = 132;
+    return 132;
   }
+  return sms;
+}
+
+// Grid-stride launches are capped at a few resident waves of 256-thread
+// blocks: enough to fill every SM, few enough that the grid never overflows.
+inline int64_t grid_for(int64_t work_items, int64_t per_block) {
   const int64_t needed = (work_items + per_block - 1) / per_block;
-  return std::max<int64_t>(1, std::min<int64_t>(needed, int64_t{sms} * 8));
+  return std::max<int64_t>(1, std::min<int64_t>(needed, int64_t{sm_count()} * 8));
 }
 
 // Smallest power of two >= x, at most `cap` (a power of two), at least 1.
