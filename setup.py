@@ -38,6 +38,16 @@ if with_cuda:
 else:
     ext = cpp_extension.CppExtension(sources=sources, **common)
 
+# MAKE_INPLACE_BUILD_MINDSPORE=1: also build the MindSpore bridge libraries
+# into make_inplace_mindspore/ (torch's headers only; see its _build.py).
+if os.environ.get("MAKE_INPLACE_BUILD_MINDSPORE") == "1":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_inplace_mindspore"))
+    import _build as _mindspore_build  # noqa: E402
+
+    _mindspore_build.build_cpu(cpp_extension.include_paths()[0])
+    if with_cuda:
+        _mindspore_build.build_cuda(cpp_extension.include_paths()[0], nvcc=os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc"))
+
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},

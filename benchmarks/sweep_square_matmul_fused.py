@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -171,6 +172,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 tolerance={str(k).replace("torch.", ""): v for k, v in TOLERANCE.items()})
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
     print(f"{failures} failures; wrote {args.out}")

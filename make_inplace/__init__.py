@@ -11,6 +11,8 @@ _load()
 
 from .ops import *  # noqa: E402,F401,F403
 from .ops import __all__ as _ops_all  # noqa: E402
+from . import nn  # noqa: E402,F401
+from .convert import ConversionReport, convert_  # noqa: E402
 
 
 def build_backends() -> list[str]:
@@ -21,4 +23,5 @@ def build_backends() -> list[str]:
 
 
 __all__ = list(_ops_all) + ["build_backends"]
+__all__ += ["convert_", "ConversionReport"]
 __version__ = "0.1.0"

@@ -34,6 +34,8 @@ for step in "$@"; do
       $py benchmarks/sweep_square_matmul_fused.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
     budget)
       $py benchmarks/memory_budget.py --out "$OUT/budget" 2>&1 | tail -n 40 || status=1 ;;
+    mindspore)
+      $py scripts/mindspore_cuda_check.py 2>&1 | tee "$OUT/mindspore.log" | tail -n 40 || status=1 ;;
     *) echo "unknown step $name"; status=1 ;;
   esac
 done

@@ -1,51 +1,16 @@
 // square_matmul_ on the CPU: the row-panel scheme with a bounded workspace,
 // and a row-at-a-time kernel when the bound is smaller than one row.
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <vector>
-
+#include "make_inplace/kernels/square_matmul.h"
 #include "make_inplace/square_matmul.h"
+#include "make_inplace/torch_kinds.h"
 
 namespace make_inplace {
 namespace {
 
 constexpr int64_t kMinCpuPanelRows = 128;
-
-// Each row's product is accumulated in a row-sized buffer before the row is
-// overwritten: the CPU analogue of the GPU kernel holding rows on chip. This
-// buffer (n accumulators per worker thread) is the only memory it uses.
-template <typename scalar_t>
-void rowwise_square_matmul(scalar_t* x, const scalar_t* w, const scalar_t* bias,
-                           int64_t rows, int64_t n, bool transpose) {
-  using acc_t = at::opmath_type<scalar_t>;
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> acc(n);
-    for (int64_t r = begin; r < end; ++r) {
-      scalar_t* row = x + r * n;
-      if (transpose) {  // acc[j] = sum_k row[k] * w[j, k]
-        for (int64_t j = 0; j < n; ++j) {
-          const scalar_t* wj = w + j * n;
-          acc_t s = 0;
-          for (int64_t k = 0; k < n; ++k) s += acc_t(row[k]) * acc_t(wj[k]);
-          acc[j] = s;
-        }
-      } else {  // acc[j] = sum_k row[k] * w[k, j]
-        std::fill(acc.begin(), acc.end(), acc_t(0));
-        for (int64_t k = 0; k < n; ++k) {
-          const acc_t a = row[k];
-          const scalar_t* wk = w + k * n;
-          for (int64_t j = 0; j < n; ++j) acc[j] += a * acc_t(wk[j]);
-        }
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = static_cast<scalar_t>(bias ? acc[j] + acc_t(bias[j]) : acc[j]);
-      }
-    }
-  });
-}
 
 void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, bool transpose,
@@ -63,13 +28,18 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   // Panels of a few rows turn into many tiny GEMM calls whose threading
   // overhead dominates; the row kernel is faster there and uses less memory.
   if (panel_rows < std::min<int64_t>(rows, kMinCpuPanelRows)) {
-    AT_DISPATCH_FLOATING_TYPES_AND2(
-        at::kHalf, at::kBFloat16, x.scalar_type(), "square_matmul_cpu", [&] {
-          rowwise_square_matmul<scalar_t>(
-              x.data_ptr<scalar_t>(), w.matrix.const_data_ptr<scalar_t>(),
-              has_bias ? bias->const_data_ptr<scalar_t>() : nullptr, rows, n,
-              w.transpose);
-        });
+    // The torch-free kernel (shared with the MindSpore bridge) gets chunks of
+    // rows from ATen's thread pool; one row's results live in an n-element
+    // accumulator per worker, the only memory it uses.
+    const kernels::ScalarKind kind = scalar_kind(x.scalar_type());
+    char* base = static_cast<char*>(x.data_ptr());
+    const void* wp = w.matrix.const_data_ptr();
+    const void* bp = has_bias ? bias->const_data_ptr() : nullptr;
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      const int rc = kernels::square_matmul_rowwise(
+          kind, base + begin * row_bytes, wp, bp, end - begin, n, w.transpose);
+      TORCH_CHECK(rc == 0, "square_matmul_rowwise failed with code ", rc);
+    });
     return;
   }
   const at::Tensor x2d = x.view({rows, n});

@@ -338,29 +338,41 @@ __global__ void __launch_bounds__(kThreads, 1) mma_wave_kernel(const WaveArgs<ui
 #pragma unroll
     for (int ni = 0; ni < Cfg::kNI; ++ni) acc[mi][ni][0] = acc[mi][ni][1] = acc[mi][ni][2] = acc[mi][ni][3] = 0.f;
 
-  for (int64_t wave = 0; wave < a.waves; ++wave) {
-    const WaveSlice s = wave_slice(a, wave);
-    // The pipeline runs over this CTA's (tile, k-step) sequence of the wave,
-    // so the next tile's first stages load while the current one finishes.
-    int load_tile = 0, load_k = 0;
-    int64_t load_row0 = 0, load_col0 = 0;
-    if (s.count > 0) tile_origin(a, s, 0, Cfg::kBM, Cfg::kBN, &load_row0, &load_col0);
-    auto issue = [&](int stage) {
-      if (load_tile < s.count) {
-        mma_load_stage<Cfg, kTransB, kAligned>(stages + stage * Cfg::kStageElems, a, load_row0,
-                                               load_col0,
-                                               static_cast<int64_t>(load_k) * Cfg::kBK, tid);
-        if (++load_k == k_steps) {
-          load_k = 0;
-          if (++load_tile < s.count)
-            tile_origin(a, s, load_tile, Cfg::kBM, Cfg::kBN, &load_row0, &load_col0);
-        }
+  // The load side of the pipeline runs over this CTA's (tile, k-step)
+  // sequence of a wave, so the next tile's first stages load while the
+  // current one finishes; and the next wave's first stages load while the
+  // grid waits at the barrier and writes back (those rows are disjoint from
+  // the wave being written, and nobody writes them before the next barrier).
+  WaveSlice ls{0, 0};  // the wave being loaded
+  int load_tile = 0, load_k = 0;
+  int64_t load_row0 = 0, load_col0 = 0;
+  auto issue = [&](int stage) {
+    if (load_tile < ls.count) {
+      mma_load_stage<Cfg, kTransB, kAligned>(stages + stage * Cfg::kStageElems, a, load_row0,
+                                             load_col0, static_cast<int64_t>(load_k) * Cfg::kBK,
+                                             tid);
+      if (++load_k == k_steps) {
+        load_k = 0;
+        if (++load_tile < ls.count)
+          tile_origin(a, ls, load_tile, Cfg::kBM, Cfg::kBN, &load_row0, &load_col0);
       }
-      cp_async_commit();  // possibly empty, so wait_group counts stay in step
-    };
+    }
+    cp_async_commit();  // possibly empty, so wait_group counts stay in step
+  };
+  // Fills stages 0 .. kStages-2 with the first steps of `wave`; all stages
+  // must be free (no warp still reading one).
+  auto start_wave = [&](int64_t wave) {
+    ls = wave_slice(a, wave);
+    load_tile = 0;
+    load_k = 0;
+    if (ls.count > 0) tile_origin(a, ls, 0, Cfg::kBM, Cfg::kBN, &load_row0, &load_col0);
 #pragma unroll
     for (int st = 0; st < Cfg::kStages - 1; ++st) issue(st);
+  };
 
+  if (a.waves > 0) start_wave(0);
+  for (int64_t wave = 0; wave < a.waves; ++wave) {
+    const WaveSlice s = ls;
     const int64_t steps = static_cast<int64_t>(s.count) * k_steps;
     int comp_tile = 0, comp_k = 0, stage = 0, next_stage = Cfg::kStages - 1;
     for (int64_t step = 0; step < steps; ++step) {
@@ -383,9 +395,12 @@ __global__ void __launch_bounds__(kThreads, 1) mma_wave_kernel(const WaveArgs<ui
       }
     }
     cp_async_wait<0>();
+    // Every warp is done with the stages (they may be refilled) and has
+    // parked its results (the write-back reads other warps' results).
     __syncthreads();
-    // Every CTA has finished reading this wave's rows (cp.async completed
-    // before the barrier, which also orders global memory).
+    if (wave + 1 < a.waves) start_wave(wave + 1);
+    // After this barrier every CTA has finished reading this wave's rows:
+    // their cp.async copies completed before it, and it orders global memory.
     grid.sync();
     for (int j = 0; j < s.count; ++j) {
       int64_t row0, col0;
@@ -393,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) mma_wave_kernel(const WaveArgs<ui
       write_back_tile<Cfg::kBM, Cfg::kBN, Cfg::kParkLd, 8, kAligned>(
           a.x, park + j * (Cfg::kBM * Cfg::kParkLd), a.rows, a.n, row0, col0, tid);
     }
-    // The park and the stages are reused by the next wave.
+    // The next wave parks over the tiles just copied out.
     __syncthreads();
   }
 }
@@ -639,6 +654,10 @@ __global__ void __launch_bounds__(kThreads, 1) simt_wave_kernel(const WaveArgs<T
         }
       }
     }
+    // Every thread has parked (the write-back copies other threads' results),
+    // and after the grid barrier every CTA has finished reading this wave's
+    // rows (their loads were consumed before it).
+    __syncthreads();
     grid.sync();
     for (int j = 0; j < s.count; ++j) {
       int64_t row0, col0;
@@ -720,12 +739,25 @@ bool make_plan(const KernelInfo& info, int bm, int bn, WaveArgs<T>* args, Plan* 
   const int64_t tiles_per_row = ceil_div(args->n, bn);
   const int64_t row_blocks = ceil_div(args->rows, bm);
   const int64_t grid = std::min<int64_t>(info.coresident, row_blocks * tiles_per_row);
-  const int64_t per_wave = grid * info.tiles_per_cta / tiles_per_row;  // >= 1 as it fits
-  const int64_t waves = ceil_div(row_blocks, per_wave);
+  const int64_t max_per_wave = grid * info.tiles_per_cta / tiles_per_row;  // >= 1 as it fits
+  // A wave lasts as long as its busiest CTA: ceil(tiles / grid) tiles. Pick
+  // the row-blocks per wave that minimise the sum of that over the waves,
+  // plus a small charge per wave for the barrier; ties go to fewer waves.
+  int64_t per_wave = max_per_wave;
+  double best = 0.0;
+  for (int64_t b = max_per_wave; b >= 1; --b) {
+    const int64_t full = row_blocks / b, rest = row_blocks % b;
+    const double cost = static_cast<double>(full * ceil_div(b * tiles_per_row, grid) +
+                                            ceil_div(rest * tiles_per_row, grid)) +
+                        0.05 * static_cast<double>(full + (rest > 0));
+    if (b == max_per_wave || cost < best) {
+      best = cost;
+      per_wave = b;
+    }
+  }
   args->row_blocks = row_blocks;
-  // Spread the row-blocks evenly over the waves rather than leave a thin last one.
-  args->blocks_per_wave = ceil_div(row_blocks, waves);
-  args->waves = waves;
+  args->blocks_per_wave = per_wave;
+  args->waves = ceil_div(row_blocks, per_wave);
   args->tiles_per_row = tiles_per_row;
   args->tiles_per_cta = info.tiles_per_cta;
   *plan = {static_cast<int>(grid), info.smem};

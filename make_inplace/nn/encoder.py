@@ -1,0 +1,188 @@
+"""InplaceTransformerEncoderLayer: nn.TransformerEncoderLayer with in-place steps."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.layer_norm import layer_norm_
+from .attention import InplaceMultiheadAttention
+
+
+def _activation_kind(activation: Callable) -> tuple[str, str]:
+    """('relu' | 'gelu' | 'other', gelu approximation) for the in-place activation."""
+    if activation is F.relu or activation is torch.relu or isinstance(activation, nn.ReLU):
+        return "relu", "none"
+    if activation is F.gelu:
+        return "gelu", "none"
+    if isinstance(activation, nn.GELU):
+        return "gelu", activation.approximate
+    return "other", "none"
+
+
+def _resolve_activation(activation: str | Callable) -> Callable:
+    if isinstance(activation, str):
+        if activation == "relu":
+            return F.relu
+        if activation == "gelu":
+            return F.gelu
+        raise RuntimeError(f"InplaceTransformerEncoderLayer: activation should be relu/gelu, not {activation}")
+    if not callable(activation):
+        raise TypeError(f"InplaceTransformerEncoderLayer: activation must be 'relu', 'gelu' or a callable, got {type(activation).__name__}")
+    return activation
+
+
+class InplaceTransformerEncoderLayer(nn.Module):
+    """``nn.TransformerEncoderLayer(batch_first=True)`` with in-place steps.
+
+    Same constructor arguments, submodule names, parameters and ``state_dict``
+    as ``torch.nn.TransformerEncoderLayer`` (``self_attn``, ``linear1``,
+    ``linear2``, ``norm1``, ``norm2``, dropouts, ``activation``); checkpoints
+    load either way. ``batch_first`` defaults to True; False is refused.
+    ``activation`` is ``"relu"``, ``"gelu"`` or a callable (``F.relu``,
+    ``F.gelu``, ``nn.ReLU()``, ``nn.GELU(approximate=...)`` run in place; any
+    other callable runs as given, out of place).
+
+    The forward never writes over ``src``; it reuses the buffers it made:
+
+    * attention: :class:`InplaceMultiheadAttention` without weights (SDPA core,
+      output projection in place);
+    * residual adds in place into the branch output;
+    * post-norm (``norm_first=False``): both layer norms in place over the
+      residual sum with ``make_inplace.layer_norm_``, which saves only its
+      output for autograd (torch saves the sum as well). Pre-norm layer norms
+      run out of place: their input is still needed for the residual;
+    * activation and dropouts in place where autograd allows (relu always;
+      gelu and dropout only without a graph, since their backward would read
+      the overwritten values).
+
+    Training with autograd works and matches torch's gradients. Nested
+    tensors are refused: inside ``nn.TransformerEncoder`` set
+    ``use_nested_tensor = False`` (``make_inplace.convert_`` does), and padded
+    positions then hold computed values where torch's nested path returns zeros.
+
+    Example::
+
+        >>> layer = make_inplace.nn.InplaceTransformerEncoderLayer(64, 4, dim_feedforward=128).eval()
+        >>> x = torch.randn(2, 10, 64)
+        >>> with torch.no_grad():
+        ...     y = layer(x)
+        >>> y.shape
+        torch.Size([2, 10, 64])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable[[torch.Tensor], torch.Tensor] = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = True,
+        norm_first: bool = False,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if not batch_first:
+            raise ValueError(
+                "InplaceTransformerEncoderLayer: batch_first must be True (inputs (N, L, E)), got False; "
+                "keep torch.nn.TransformerEncoderLayer for (L, N, E) inputs"
+            )
+        factory = {"device": device, "dtype": dtype}
+        super().__init__()
+        # Same construction order as torch's layer: equal seeds give equal weights.
+        self.self_attn = InplaceMultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=True, **factory)
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first = norm_first
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _resolve_activation(activation)
+
+    @property
+    def batch_first(self) -> bool:
+        return True
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "InplaceTransformerEncoderLayer":
+        """The in-place version of ``layer``, adopting its submodules (no weight copy).
+
+        Parameters stay the same objects (optimizers keep working); dropout
+        probabilities, activation, norm_first and train/eval mode carry over.
+        """
+        if not layer.self_attn.batch_first:
+            raise ValueError("InplaceTransformerEncoderLayer.from_torch: layer.self_attn.batch_first must be True, got False")
+        new = cls(
+            layer.linear1.in_features,
+            layer.self_attn.num_heads,
+            dim_feedforward=layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            activation=layer.activation,
+            layer_norm_eps=layer.norm1.eps,
+            norm_first=layer.norm_first,
+            bias=layer.linear1.bias is not None,
+            device="meta",
+        )
+        new.self_attn = InplaceMultiheadAttention.from_torch(layer.self_attn)
+        for name in ("linear1", "dropout", "linear2", "norm1", "norm2", "dropout1", "dropout2"):
+            setattr(new, name, getattr(layer, name))
+        new.train(layer.training)
+        return new
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        src_key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        if src.is_nested:
+            raise ValueError("InplaceTransformerEncoderLayer: nested tensors are not supported; pass a padded batch and src_key_padding_mask")
+        x = src
+        if self.norm_first:
+            h = self._sa_block(F.layer_norm(x, self.norm1.normalized_shape, self.norm1.weight, self.norm1.bias, self.norm1.eps), src_mask, src_key_padding_mask, is_causal)
+            x = h.add_(x)  # x is ours from here on
+            y = self._ff_block(F.layer_norm(x, self.norm2.normalized_shape, self.norm2.weight, self.norm2.bias, self.norm2.eps))
+            return y.add_(x)
+        h = self._sa_block(x, src_mask, src_key_padding_mask, is_causal)
+        x = self._norm_(h.add_(x), self.norm1)
+        y = self._ff_block(x)
+        return self._norm_(y.add_(x), self.norm2)
+
+    @staticmethod
+    def _norm_(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        return layer_norm_(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+    def _dropout_(self, x: torch.Tensor, module: nn.Dropout, *, saved_by_backward: bool) -> torch.Tensor:
+        if not self.training or module.p == 0.0:
+            return x
+        inplace = not (torch.is_grad_enabled() and x.requires_grad and saved_by_backward)
+        return F.dropout(x, module.p, training=True, inplace=inplace)
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        h = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal)[0]
+        # The attention output is a fresh buffer no backward reads.
+        return self._dropout_(h, self.dropout1, saved_by_backward=False)
+
+    def _ff_block(self, x):
+        h = self.linear1(x)
+        kind, approximate = _activation_kind(self.activation)
+        grad = torch.is_grad_enabled() and h.requires_grad
+        if kind == "relu":
+            h = torch.relu_(h)  # relu's backward reads its output, which is this buffer
+        elif kind == "gelu" and not grad:
+            h = torch.ops.aten.gelu_(h, approximate=approximate)
+        else:
+            h = self.activation(h)
+        # relu_ saved h for its backward, gelu its input; another callable may have saved either.
+        h = self._dropout_(h, self.dropout, saved_by_backward=kind != "gelu")
+        h = self.linear2(h)
+        return self._dropout_(h, self.dropout2, saved_by_backward=False)

@@ -1,0 +1,82 @@
+"""Report rows: outer_product forward and backward into caller buffers vs plain torch."""
+
+from __future__ import annotations
+
+import torch
+
+import make_inplace
+
+from . import Row
+from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+
+
+def _torch_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a[..., :, None] * b[..., None, :]
+
+
+def _torch_backward(grad_out, a, b):
+    return torch.bmm(grad_out, b[..., None]).squeeze(-1), torch.bmm(a[:, None, :], grad_out).squeeze(1)
+
+
+def rows(device: torch.device) -> list[Row]:
+    cuda = device.type == "cuda"
+    batch, n, m = (512, 1024, 1024) if cuda else (16, 256, 256)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    shape = f"B={batch} n={n} m={m}"
+
+    if cuda:
+        fresh_cuda_memory()
+    a = torch.randn(batch, n, dtype=dtype, device=device)
+    b = torch.randn(batch, m, dtype=dtype, device=device)
+    grad_out = torch.randn(batch, n, m, dtype=dtype, device=device)
+    out = torch.empty(batch, n, m, dtype=dtype, device=device)
+    grad_a, grad_b = torch.empty_like(a), torch.empty_like(b)
+
+    def ours_fwd():
+        return make_inplace.outer_product(a, b, out=out)
+
+    def ours_bwd():
+        return make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b)
+
+    mem = {}
+    if cuda:
+        ours_fwd()  # first call outside the measurement: library start-up, not the op
+        mem = {
+            "ours_fwd": cuda_peak_extra(ours_fwd).reserved,
+            "torch_fwd": cuda_peak_extra(lambda: _torch_forward(a, b)).reserved,
+            "ours_bwd": cuda_peak_extra(ours_bwd).reserved,
+            "torch_bwd": cuda_peak_extra(lambda: _torch_backward(grad_out, a, b)).reserved,
+        }
+
+    ours_fwd()
+    fwd_error = relative_error(out, _torch_forward(a.double(), b.double()))
+    ours_bwd()
+    ref_a, ref_b = _torch_backward(grad_out.double(), a.double(), b.double())
+    bwd_error = max(relative_error(grad_a, ref_a), relative_error(grad_b, ref_b))
+
+    return [
+        Row(
+            op="outer_product(out=)",
+            device=device.type,
+            dtype=str(dtype).removeprefix("torch."),
+            shape=shape,
+            ours_ms=time_ms(ours_fwd, device),
+            torch_ms=time_ms(lambda: _torch_forward(a, b), device),
+            rel_error=fwd_error,
+            ours_bytes=mem.get("ours_fwd"),
+            torch_bytes=mem.get("torch_fwd"),
+            notes="torch: a[..., :, None] * b[..., None, :]",
+        ),
+        Row(
+            op="outer_product_backward",
+            device=device.type,
+            dtype=str(dtype).removeprefix("torch."),
+            shape=shape,
+            ours_ms=time_ms(ours_bwd, device),
+            torch_ms=time_ms(lambda: _torch_backward(grad_out, a, b), device),
+            rel_error=bwd_error,
+            ours_bytes=mem.get("ours_bwd"),
+            torch_bytes=mem.get("torch_bwd"),
+            notes="grad_a and grad_b into caller buffers; torch: two bmm",
+        ),
+    ]

@@ -1,0 +1,96 @@
+"""Report rows: trilinear_interpolation forward and backward into caller buffers vs plain torch."""
+
+from __future__ import annotations
+
+import torch
+
+import make_inplace
+
+from . import Row
+from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+
+
+def _weights(points: torch.Tensor) -> torch.Tensor:
+    u = (points + 1) / 2
+    wu = torch.stack([1 - u, u], dim=-1)
+    return (wu[:, 0, :, None, None] * wu[:, 1, None, :, None] * wu[:, 2, None, None, :]).reshape(-1, 8)
+
+
+def _torch_forward(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    return (_weights(points)[:, :, None] * feats).sum(1)
+
+
+def _torch_backward(feats, points, grad_out):
+    f, p = feats.detach().requires_grad_(), points.detach().requires_grad_()
+    return torch.autograd.grad(_torch_forward(f, p), (f, p), grad_out)
+
+
+def rows(device: torch.device) -> list[Row]:
+    cuda = device.type == "cuda"
+    n, f = (262144, 64) if cuda else (4096, 32)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    shape = f"N={n} F={f}"
+
+    def inputs():
+        feats = torch.randn(n, 8, f, dtype=dtype, device=device)
+        points = (torch.rand(n, 3, device=device) * 2 - 1).to(dtype)
+        grad_out = torch.randn(n, f, dtype=dtype, device=device)
+        return feats, points, grad_out
+
+    if cuda:
+        fresh_cuda_memory()
+    feats, points, grad_out = inputs()
+    out = torch.empty(n, f, dtype=dtype, device=device)
+    grad_feats = torch.empty_like(feats)
+    grad_points = torch.empty_like(points)
+
+    def ours_fwd():
+        return make_inplace.trilinear_interpolation(feats, points, out=out)
+
+    def ours_bwd():
+        return make_inplace.trilinear_interpolation_backward(
+            grad_out, points, feats, grad_feats=grad_feats, grad_points=grad_points
+        )
+
+    mem = {}
+    if cuda:
+        ours_fwd()  # first call outside the measurement: library start-up, not the op
+        mem = {
+            "ours_fwd": cuda_peak_extra(ours_fwd).reserved,
+            "torch_fwd": cuda_peak_extra(lambda: _torch_forward(feats, points)).reserved,
+            "ours_bwd": cuda_peak_extra(ours_bwd).reserved,
+            "torch_bwd": cuda_peak_extra(lambda: _torch_backward(feats, points, grad_out)).reserved,
+        }
+
+    ours_fwd()
+    ref_out = _torch_forward(feats.double(), points.double())
+    ours_bwd()
+    ref_feats, ref_points = _torch_backward(feats.double(), points.double(), grad_out.double())
+    bwd_error = max(relative_error(grad_feats, ref_feats), relative_error(grad_points, ref_points))
+
+    return [
+        Row(
+            op="trilinear_interpolation(out=)",
+            device=device.type,
+            dtype=str(dtype).removeprefix("torch."),
+            shape=shape,
+            ours_ms=time_ms(ours_fwd, device),
+            torch_ms=time_ms(lambda: _torch_forward(feats, points), device),
+            rel_error=relative_error(out, ref_out),
+            ours_bytes=mem.get("ours_fwd"),
+            torch_bytes=mem.get("torch_fwd"),
+            notes="torch: the weight formula, eager",
+        ),
+        Row(
+            op="trilinear_interpolation_backward",
+            device=device.type,
+            dtype=str(dtype).removeprefix("torch."),
+            shape=shape,
+            ours_ms=time_ms(ours_bwd, device),
+            torch_ms=time_ms(lambda: _torch_backward(feats, points, grad_out), device),
+            rel_error=bwd_error,
+            ours_bytes=mem.get("ours_bwd"),
+            torch_bytes=mem.get("torch_bwd"),
+            notes="grad_feats and grad_points into caller buffers; torch: autograd fwd+bwd",
+        ),
+    ]
