@@ -102,7 +102,7 @@ def time_ms(fn, reps):
 def bench(rows, n, dtype, transpose, gen, budget_s):
     x, w, _ = make_inputs(rows, n, dtype, transpose, False, gen, orthogonal=True)
     # Rotate through copies when x fits in L2, so neither side times a hot cache.
-    copies = max(1, min(8, math.ceil(2 * L2_BYTES / x.nbytes())))
+    copies = max(1, min(8, math.ceil(2 * L2_BYTES / x.nbytes)))
     xs = [x] + [x.clone() for _ in range(copies - 1)]
     mat = w.t() if transpose else w
     outs = [torch.empty_like(x) for _ in range(min(copies, 2))]

@@ -22,8 +22,15 @@ for step in "$@"; do
   echo "=== $name $arg ($(date +%T))"
   case $name in
     tests)
-      $py -m pytest tests -q -m "not build_routes" -p no:cacheprovider ${arg:+-k "$arg"} \
-        --junitxml="$OUT/tests.xml" 2>&1 | tail -n 60 | tee "$OUT/tests.log" || status=1 ;;
+      # One pytest process per file, so a crash in one cannot hide the others.
+      for f in tests/test_*.py; do
+        [ "$f" = tests/test_build_routes.py ] && continue
+        b=$(basename "$f" .py)
+        $py -m pytest "$f" -q -rfE -p no:cacheprovider ${arg:+-k "$arg"} --junitxml="$OUT/$b.xml" > "$OUT/$b.log" 2>&1
+        rc=$?; [ $rc -ne 0 ] && status=1
+        echo "$b rc=$rc: $(tail -n 1 "$OUT/$b.log")"
+        grep -E "^(FAILED|ERROR)|Fatal Python error|File \"/work" "$OUT/$b.log" | head -n 12
+      done 2>&1 | tee "$OUT/tests.log" ;;
     bench)
       $py -m pytest ${arg:-benchmarks} -q -p no:cacheprovider --benchmark-only --benchmark-group-by=group \
         --benchmark-columns=median,ops --benchmark-json="$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
