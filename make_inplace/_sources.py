@@ -2,7 +2,7 @@
 
 Shared by setup.py (the setuptools route) and _loader.py (the JIT route), so
 both compile the same files as CMakeLists.txt: csrc/ops.cpp, csrc/cpu/*.cpp
-csrc/kernels/cpu/*.cpp and, with CUDA, csrc/cuda/*.cu and csrc/kernels/cuda/*.cu.
+csrc/kernels/cpu/*.cpp and, with CUDA, csrc/cuda/*.cpp and csrc/kernels/cuda/*.cu.
 csrc/cpu and csrc/cuda hold the torch bindings; csrc/kernels holds torch-free
 kernels (raw pointers, sizes, a stream) that the MindSpore C ABI reuses.
 """
@@ -24,7 +24,10 @@ def cpu_sources(root: str = CSRC) -> list[str]:
 
 
 def cuda_sources(root: str = CSRC) -> list[str]:
-    return sorted(glob.glob(os.path.join(root, "cuda", "*.cu")) + glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")))
+    # csrc/cuda holds host-only bindings (.cpp): a TORCH_CHECK thrown from an
+    # nvcc-compiled translation unit crashed the process on torch 2.11 + CUDA
+    # 13.0 (seen on an H100), so nothing that throws is compiled by nvcc.
+    return sorted(glob.glob(os.path.join(root, "cuda", "*.cpp")) + glob.glob(os.path.join(root, "kernels", "cuda", "*.cu")))
 
 
 def include_dirs(root: str = CSRC) -> list[str]:

@@ -47,5 +47,7 @@ for step in "$@"; do
     *) echo "unknown step $name"; status=1 ;;
   esac
 done
+# At most 8 files come back from the device: per-file test logs go in one archive.
+(cd "$OUT" && ls test_*.log test_*.xml >/dev/null 2>&1 && tar czf tests.tgz test_*.log test_*.xml && rm -f test_*.log test_*.xml)
 echo "=== done in $(( $(date +%s) - t0 )) s, status $status"
 exit $status

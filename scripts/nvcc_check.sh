@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles CUDA sources to objects (no GPU needed) against a CUDA build of
 # torch, for quick feedback while writing kernels:
-#   scripts/nvcc_check.sh csrc/cuda/softmax.cu [more.cu ...]
+#   scripts/nvcc_check.sh csrc/kernels/cuda/softmax.cu [more.cu ...]
 # TORCH_CUDA_VENV points at a venv with torch==2.11.0 (CUDA 13.0); its
 # nvidia/cu13 headers stand in for the parts of the toolkit torch needs.
 set -euo pipefail
