@@ -12,7 +12,12 @@ if ! "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("2
   "$venv/bin/pip" install -q "torch==2.11.0" numpy setuptools wheel ninja 2>&1 | { grep -v "^WARNING: Location" || true; }
 fi
 site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
-export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+# /usr/local/bin/nvcc may be a wrapper script, so prefer the toolkit folder.
+if [ -z "${CUDA_HOME:-}" ]; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then CUDA_HOME=/usr/local/cuda
+  else CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"); fi
+fi
+export CUDA_HOME
 export CPATH=$site/nvidia/cu13/include${CPATH:+:$CPATH}
 export LIBRARY_PATH=$site/nvidia/cu13/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
