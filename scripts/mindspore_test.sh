@@ -14,7 +14,7 @@ venv=${MAKE_INPLACE_MINDSPORE_VENV:-$HOME/.cache/make_inplace/venv-mindspore-2.1
 if ! "$venv/bin/python" -c 'import mindspore, numpy, pytest; assert mindspore.__version__ == "2.10.0" and numpy.__version__ < "2"' 2>/dev/null; then
   echo "installing mindspore==2.10.0 into $venv (about 800 MB)" >&2
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "mindspore==2.10.0" "numpy<2" pytest 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/pip" install -q "mindspore==2.10.0" "numpy<2" pytest 2>&1 | { grep -v "^WARNING: Location" || true; }
 fi
 torch_py=${MAKE_INPLACE_TORCH_PYTHON:-.venv/bin/python}
 if ! "$torch_py" -c 'import torch' 2>/dev/null; then

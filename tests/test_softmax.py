@@ -303,7 +303,9 @@ def test_module(device):
 
 
 @CUDA
-@pytest.mark.parametrize("shape,kwargs", [((4096, 4096), {}), ((8, 512, 512), {"causal": True, "scale": 0.1}), ((64, 65536), {})])
+# Every x is >= 10 MiB: a smaller one sits in a 20 MiB allocator segment whose
+# free rest would hold torch's output, hiding its allocation (DESIGN.md).
+@pytest.mark.parametrize("shape,kwargs", [((4096, 4096), {}), ((16, 1024, 1024), {"causal": True, "scale": 0.1}), ((64, 65536), {})])
 def test_cuda_forward_allocates_nothing(shape, kwargs):
     fresh_cuda_memory()
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
