@@ -54,6 +54,9 @@ class Bridge:
         types = (ctypes.c_char_p * n)(*[d.encode() for d in (dtypes or [DT[t.dtype] for t in tensors])])
         fn = getattr(self.lib, name)
         fn.restype = ctypes.c_int
+        # MindSpore hands an op inputs that are ready on its stream; tensors made
+        # on torch's current stream must be waited for to give the same promise.
+        self.stream.wait_stream(torch.cuda.current_stream())
         return fn(n, params, ndims, shapes, types, ctypes.c_void_p(self.stream.cuda_stream), None)
 
     def last_error(self) -> str:
