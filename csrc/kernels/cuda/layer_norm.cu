@@ -49,20 +49,26 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
       for (int e = 0; e < VEC; ++e) sum += to_acc(buf[k].v[e]);
     }
   }
-  const A mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
-  A sq = 0;
+  const A rough_mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  // Corrected two-pass statistics: the first mean carries the rounding of a
+  // large sum (rows far from zero: ~1e-5 relative in float32), so the
+  // deviations' own mean is folded back in before normalizing.
+  A sq = 0, dev = 0;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
     if (col < end) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A d = to_acc_fresh(buf[k].v[e]) - mean;
+        const A d = to_acc_fresh(buf[k].v[e]) - rough_mean;
         sq += d * d;
+        dev += d;
       }
     }
   }
-  const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  const A dev_mean = group_reduce(dev, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n);
+  const A mean = rough_mean + dev_mean;
+  const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / static_cast<A>(n) - dev_mean * dev_mean;
   const A rstd = rsqrt_acc(var + eps);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
