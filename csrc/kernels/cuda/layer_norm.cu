@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
       if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        A v = (to_acc_fresh(buf[k].v[e]) - mean) * rstd;
+        // x - rough_mean is exact (close operands); rough_mean + dev_mean is not.
+        A v = ((to_acc_fresh(buf[k].v[e]) - rough_mean) - dev_mean) * rstd;
         if (w != nullptr) v *= to_acc(wv.v[e]);
         if (b != nullptr) v += to_acc(bv.v[e]);
         out.v[e] = from_acc<T>(v);
