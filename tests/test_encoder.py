@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -169,34 +171,47 @@ def test_exported():
 # ---------------------------------------------------------------- CUDA
 
 
+def _grad_error(grad, truth):
+    return (grad.double() - truth).abs().max().item()
+
+
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("grad", [False, True])
 def test_cuda_matches_torch(dtype, norm_first, grad):
+    """Outputs against torch's layer in the same dtype; gradients against the same
+    layer run in float64, since in half precision torch's own gradients are off
+    the float64 ones by more than the per-dtype tolerance (x grad of this layer on
+    an H100: 0.07-0.30 absolute in fp16 at max |grad| 6-13). Ours must be within
+    the tolerance or within twice torch's own error, whichever is larger.
+    """
     torch.manual_seed(4)
     n, length, d = 2, 65, 64
     ref, ours = _pair(d, 4, 128, dtype=dtype, device="cuda", dropout=0.0, norm_first=norm_first)
+    truth = copy.deepcopy(ref).double()
     if not grad:
-        ref.eval(), ours.eval()
+        ref.eval(), ours.eval(), truth.eval()
     x = torch.randn(n, length, d, dtype=dtype, device="cuda")
     kpm = _padding(n, length).cuda()
     results = []
-    for module in (ref, ours):
-        xx = x.clone().requires_grad_(grad)
+    for module in (truth, ref, ours):
+        xx = x.to(next(module.parameters()).dtype, copy=True).requires_grad_(grad)
         with torch.set_grad_enabled(grad):
             y = module(xx, src_key_padding_mask=kpm)
             if grad:
-                y.float().square().sum().backward()
+                y.double().square().sum().backward()
         results.append((y.detach(), xx.grad, [p.grad for p in module.parameters()]))
+    exact, theirs, mine = results
     tol = TOL[dtype]
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=tol, atol=tol)
+    torch.testing.assert_close(mine[0], theirs[0], rtol=tol, atol=tol)
     if grad:
-        scale = max(1.0, results[0][1].abs().max().item())
-        torch.testing.assert_close(results[1][1], results[0][1], rtol=tol, atol=tol * scale)
-        for g_ours, g_ref in zip(results[1][2], results[0][2]):
-            scale = max(1.0, g_ref.abs().max().item())
-            torch.testing.assert_close(g_ours, g_ref, rtol=tol, atol=tol * scale)
+        pairs = [("x", exact[1], theirs[1], mine[1])]
+        names = [name for name, _ in ours.named_parameters()]
+        pairs += list(zip(names, exact[2], theirs[2], mine[2]))
+        for name, g_exact, g_torch, g_ours in pairs:
+            bound = max(tol * max(1.0, g_exact.abs().max().item()), 2 * _grad_error(g_torch, g_exact))
+            assert _grad_error(g_ours, g_exact) <= bound, (name, _grad_error(g_ours, g_exact), bound)
 
 
 @CUDA

@@ -303,9 +303,10 @@ def test_cuda_forward_with_grad_needs_allocates_only_stats():
 
 @CUDA
 def test_cuda_forward_backward_peak_below_torch():
-    # Three blocks h <- layer_norm(h) @ W, as in a transformer: torch's layer norm
-    # saves its input h while the matmul saves the norm's output y (2 activations
-    # per block); ours saves only y, which is h overwritten (1 per block).
+    # Three blocks h <- layer_norm(h) @ W with trainable W, as in a transformer:
+    # torch's layer norm saves its input h and the matmul saves the norm's output
+    # y for W's grad (2 activations per block); ours saves only y, which is h
+    # overwritten, and the matmul saves that same y (1 per block).
     rows, cols, blocks = 4096, 2048, 3
     activation = rows * cols * 2
 
@@ -314,7 +315,9 @@ def test_cuda_forward_backward_peak_below_torch():
         leaf = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         norms = [(torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True),
                   torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)) for _ in range(blocks)]
-        mats = [torch.randn(cols, cols, device="cuda", dtype=torch.bfloat16) / cols**0.5 for _ in range(blocks)]
+        mats = [(torch.randn(cols, cols, device="cuda", dtype=torch.bfloat16) / cols**0.5).requires_grad_()
+                for _ in range(blocks)]
+        params = [leaf, *[p for pair in norms for p in pair], *mats]
 
         def step():
             h = leaf.clone()  # its node saves nothing and passes grads through
@@ -324,6 +327,12 @@ def test_cuda_forward_backward_peak_below_torch():
             del y
             h.float().sum().backward()
 
+        # One step first: cuBLAS's workspace for the backward matmuls is allocated
+        # once per process and would otherwise land in whichever run goes first.
+        step()
+        for p in params:
+            p.grad = None
+        fresh_cuda_memory()
         peak = cuda_peak_extra(step)
         return peak.reserved, peak.allocated
 
