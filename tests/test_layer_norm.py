@@ -58,6 +58,30 @@ def test_widths_match_torch(device, dtype, width, kind):
     assert_close(x, expected, dtype)
 
 
+# Rows of 32 KiB and more (16-byte aligned) take the staged kernel on sm_90
+# (staged_rows.cuh): widths needing 2 to 10 slots of 16 KiB depending on the
+# dtype, a last piece cut short (40008), and more rows than the persistent grid
+# has CTAs; the shorter ones check the register kernels around the threshold.
+STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536]
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", STAGED_WIDTHS)
+@pytest.mark.parametrize("rows", [1, 1500])
+@pytest.mark.parametrize("kind", ["none", "affine"])
+def test_cuda_staged_rows_match_torch(dtype, width, rows, kind):
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3 + 1.5
+    w, b = affine((width,), "cuda", dtype, kind)
+    expected = reference(x, (width,), w, b)
+    _, mean_ref, rstd_ref = torch.ops.aten.native_layer_norm(x.double(), [width], None, None, 1e-5)
+    mean, rstd = op.layer_norm_stats_(x, [width], w, b, 1e-5)
+    assert_close(x, expected, dtype)
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(mean.double(), mean_ref.reshape(rows), rtol=tol, atol=tol)
+    torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("x_shape,norm_shape", [((4, 5, 6, 7), (6, 7)), ((3, 33, 31), (33, 31)), ((2, 3, 4), (4,)), ((5, 128, 9), (128, 9))])

@@ -5,12 +5,16 @@
 // one read and one write per element, mean and variance in two passes over
 // the registers (no E[x^2] - E[x]^2 cancellation). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
-// the write in the second; in place, no workspace.
+// the write in the second; in place, no workspace. Rows of 32 KiB to ~190 KiB
+// (16-byte aligned, sm_90) are staged through a ring of shared-memory slots
+// by bulk copies instead (staged_rows.cuh): one read and one write, the
+// same corrected two-pass statistics, next rows loading meanwhile.
 // Backward: grad_input row by row in two passes (row sums, then write);
 // grad_weight / grad_bias as column sums over row chunks into a float
 // workspace, then a final sum over the chunks.
 #include "make_inplace/kernels/layer_norm.h"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
+#include "make_inplace/kernels/staged_rows.cuh"
 
 namespace make_inplace::kernels {
 namespace {
@@ -85,13 +89,92 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
         if (b != nullptr) v += to_acc(bv.v[e]);
         out.v[e] = from_acc<T>(v);
       }
-      *reinterpret_cast<V*>(p + col) = out;
+      store_vec(p + col, out);
     }
   }
   if (active && lane == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
   }
+}
+
+// Rows staged in shared memory (see staged_rows.cuh): the statistics of
+// layer_norm_rows_kernel from the slots, then the write pass from them.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(staged::kThreads)
+    layer_norm_staged_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                             int64_t rows, int64_t n, acc_t<T> eps, acc_t<T>* __restrict__ mean_out,
+                             acc_t<T>* __restrict__ rstd_out, staged::Plan plan) {
+#ifdef MAKE_INPLACE_STAGED_ROWS
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ A scratch[32];
+  staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
+  ring.start();
+  const int step = static_cast<int>(blockDim.x) * VEC;
+  const int tpr = static_cast<int>(blockDim.x);
+  const A count_n = static_cast<A>(n);
+  for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
+    const int64_t row = blockIdx.x + li * gridDim.x;
+    A sum = 0;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.wait(li, j);
+      const int count = ring.piece_elems(j);
+#pragma unroll 4
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        const V in = *reinterpret_cast<const V*>(piece + c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) sum += to_acc(in.v[e]);
+      }
+    }
+    const A rough_mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / count_n;
+    A sq = 0, dev = 0;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.landed(li, j);
+      const int count = ring.piece_elems(j);
+#pragma unroll 4
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        const V in = *reinterpret_cast<const V*>(piece + c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const A d = to_acc(in.v[e]) - rough_mean;
+          sq += d * d;
+          dev += d;
+        }
+      }
+    }
+    const A dev_mean = group_reduce(dev, tpr, A(0), scratch, SumOp{}) / count_n;
+    const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / count_n - dev_mean * dev_mean;
+    const A rstd = rsqrt_acc(var + eps);
+    T* out = x + row * n;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.landed(li, j);
+      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+      const int count = ring.piece_elems(j);
+#pragma unroll 4
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        const V in = *reinterpret_cast<const V*>(piece + c);
+        V wv, bv, o;
+        if (w != nullptr) wv = *reinterpret_cast<const V*>(w + base + c);
+        if (b != nullptr) bv = *reinterpret_cast<const V*>(b + base + c);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          A v = ((to_acc(in.v[e]) - rough_mean) - dev_mean) * rstd;
+          if (w != nullptr) v *= to_acc(wv.v[e]);
+          if (b != nullptr) v += to_acc(bv.v[e]);
+          o.v[e] = from_acc<T>(v);
+        }
+        store_vec(out + base + c, o);
+      }
+    }
+    if (threadIdx.x == 0) {
+      if (mean_out != nullptr) mean_out[row] = rough_mean + dev_mean;
+      if (rstd_out != nullptr) rstd_out[row] = rstd;
+    }
+    ring.release(li);
+  }
+#endif
 }
 
 // Welford statistics of a set of values: count, mean, sum of squared deviations.
@@ -173,7 +256,7 @@ __global__ void __launch_bounds__(kLongThreads)
       if (b != nullptr) v += to_acc(bv.v[e]);
       out.v[e] = from_acc<T>(v);
     }
-    *reinterpret_cast<V*>(p + col) = out;
+    store_vec(p + col, out);
   }
   if (threadIdx.x == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
@@ -247,7 +330,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     V out;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) out.v[e] = from_acc<T>(rs * (g[e] - mean_g - xh[e] * mean_gx));
-    *reinterpret_cast<V*>(dx + off + col) = out;
+    store_vec(dx + off + col, out);
   }
 }
 
@@ -329,8 +412,26 @@ cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, i
 }
 
 template <typename T, int VEC>
+cudaError_t forward_staged(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
+                           acc_t<T>* mean, acc_t<T>* rstd, const staged::Plan& plan,
+                           cudaStream_t stream) {
+  const auto kernel = layer_norm_staged_kernel<T, VEC>;
+  unsigned grid = 0;
+  const cudaError_t err = staged::persistent_grid(kernel, plan, rows, &grid);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(x, w, b, rows, n, eps, mean, rstd, plan);
+  return cudaGetLastError();
+}
+
+template <typename T, int VEC>
 cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
                         acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
+  if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
+    staged::Plan plan;
+    if (staged::plan_rows(n, sizeof(T), &plan)) {
+      return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
+    }
+  }
   int tpr = 0, nv = 0;
   if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), &tpr, &nv)) {
     switch (nv) {

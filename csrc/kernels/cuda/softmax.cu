@@ -6,6 +6,10 @@
 //    ones), each holding NV vectors of the row in registers, so every element
 //    is read once and written once (max, sum and write passes run from
 //    registers). 16-byte vectors when the row start is 16-byte aligned.
+//  * unmasked rows of 32 KiB to ~190 KiB on sm_90 (16-byte aligned): a
+//    persistent CTA per row at a time, the rows staged through a ring of
+//    shared-memory slots by bulk copies (staged_rows.cuh), so the next rows
+//    load while this one is reduced and written: one read, one write.
 //  * longer rows: a CTA per row in two passes over global memory, an online
 //    max/sum pass and a write pass (the second read mostly hits L2), still in
 //    place and with no workspace.
@@ -15,6 +19,7 @@
 // Backward: the same layouts, two passes (dot product, then write).
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/softmax.h"
+#include "make_inplace/kernels/staged_rows.cuh"
 
 namespace make_inplace::kernels {
 namespace {
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
       for (int e = 0; e < VEC; ++e) {
         out.v[e] = from_acc<T>(fast_exp(value(buf[k].v[e], col + e) - m) * inv);
       }
-      *reinterpret_cast<V*>(p + col) = out;
+      store_vec(p + col, out);
     }
   }
 }
@@ -167,8 +172,72 @@ __global__ void __launch_bounds__(kLongThreads)
     for (int e = 0; e < VEC; ++e) {
       out.v[e] = from_acc<T>(fast_exp(value(io.v[e], col + e) - row_max) * inv);
     }
-    *reinterpret_cast<V*>(p + col) = out;
+    store_vec(p + col, out);
   }
+}
+
+// Unmasked rows staged in shared memory (see staged_rows.cuh). Each row: an
+// online max/sum pass over its pieces as they land, then a write pass that
+// reads the slots again and stores straight to global memory.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(staged::kThreads)
+    softmax_staged_kernel(T* __restrict__ x, int64_t rows, int64_t n, acc_t<T> scale,
+                          int64_t causal_rows, staged::Plan plan) {
+#ifdef MAKE_INPLACE_STAGED_ROWS
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ A scratch[32];
+  staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
+  ring.start();
+  const int step = static_cast<int>(blockDim.x) * VEC;
+  for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
+    const int64_t row = blockIdx.x + li * gridDim.x;
+    const auto value = row_value<T, false, int64_t>(row, true, n, scale, causal_rows, MaskLayout{});
+    A m = neg_inf<T>(), s = 0;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.wait(li, j);
+      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+      const int count = ring.piece_elems(j);
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count && base + c < value.valid; c += step) {
+        const V in = *reinterpret_cast<const V*>(piece + c);
+        A v[VEC];
+        A cm = neg_inf<T>();
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          v[e] = value(in.v[e], base + c + e);
+          cm = nan_max(cm, v[e]);
+        }
+        if (cm == neg_inf<T>()) continue;
+        A cs = 0;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) cs += fast_exp(v[e] - cm);
+        online_add(m, s, cm, cs);
+      }
+    }
+    const A row_max = group_reduce(m, static_cast<int>(blockDim.x), neg_inf<T>(), scratch, MaxOp{});
+    // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
+    const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
+    const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+    T* out = x + row * n;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.landed(li, j);
+      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+      const int count = ring.piece_elems(j);
+#pragma unroll 4
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        const V in = *reinterpret_cast<const V*>(piece + c);
+        V o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          o.v[e] = from_acc<T>(fast_exp(value(in.v[e], base + c + e) - row_max) * inv);
+        }
+        store_vec(out + base + c, o);
+      }
+    }
+    ring.release(li);
+  }
+#endif
 }
 
 template <typename T>
@@ -232,7 +301,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     for (int e = 0; e < VEC; ++e) {
       out.v[e] = from_acc<T>(scale * to_acc(o.v[e]) * (to_acc(g.v[e]) - dot));
     }
-    *reinterpret_cast<V*>(dx + off + col) = out;
+    store_vec(dx + off + col, out);
   }
 }
 
@@ -323,6 +392,17 @@ cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t 
              : forward_rows<T, VEC, false>(x, rows, n, scale, causal_rows, mask, stream);
 }
 
+template <typename T, int VEC>
+cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                           const staged::Plan& plan, cudaStream_t stream) {
+  const auto kernel = softmax_staged_kernel<T, VEC>;
+  unsigned grid = 0;
+  const cudaError_t err = staged::persistent_grid(kernel, plan, rows, &grid);
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(x, rows, n, scale, causal_rows, plan);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scale,
                     int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
@@ -335,6 +415,10 @@ cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scal
   }
   constexpr int VEC = 16 / sizeof(T);
   if (n % VEC == 0 && aligned16(x)) {
+    staged::Plan plan;
+    if (mask.data == nullptr && staged::plan_rows(n, sizeof(T), &plan)) {
+      return forward_staged<T, VEC>(x, outer, n, scale, causal_rows, plan, stream);
+    }
     return forward_rows<T, VEC>(x, outer, n, scale, causal_rows, mask, stream);
   }
   return forward_rows<T, 1>(x, outer, n, scale, causal_rows, mask, stream);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "make_inplace/kernels/scalar_kind.h"
+#include "make_inplace/kernels/store16.cuh"
 
 namespace make_inplace::kernels::cuda_detail {
 
@@ -53,9 +54,14 @@ __device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t stride, bool
   return r;
 }
 
+// 16-byte packs go out as one st.global.v4 (store16.cuh says why).
 template <typename T, int V>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
-  *reinterpret_cast<Pack<T, V>*>(p) = x;
+  if constexpr (sizeof(T) * V == 16) {
+    store_global_16(p, x);
+  } else {
+    *reinterpret_cast<Pack<T, V>*>(p) = x;
+  }
 }
 
 inline bool aligned16(const void* p) {

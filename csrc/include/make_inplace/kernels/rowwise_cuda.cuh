@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "make_inplace/kernels/scalar_kind.h"
+#include "make_inplace/kernels/store16.cuh"
 
 namespace make_inplace::kernels::rowwise {
 
@@ -98,6 +99,16 @@ template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
+
+// Stores a vector of VEC elements; 16-byte ones as one st.global.v4 (store16.cuh).
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& v) {
+  if constexpr (sizeof(T) * VEC == 16) {
+    store_global_16(p, v);
+  } else {
+    *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+  }
+}
 
 // max that propagates NaN, so a row holding NaN becomes NaN as in torch.
 template <typename A>

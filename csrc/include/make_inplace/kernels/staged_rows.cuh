@@ -1,0 +1,204 @@
+#pragma once
+// Rows staged in shared memory by the Hopper bulk-copy engine, for the
+// row-wise kernels (softmax, layer norm) on rows of 32 KiB and more.
+//
+// Why: a row-wise op needs its whole row before it can write any element.
+// Held in registers, a long row leaves few CTAs per SM, and each CTA waits
+// out its loads, then reduces, then writes, so the memory system idles
+// between phases (ncu on an H100: 33-45% of DRAM bandwidth at 16384-65536
+// bf16 columns). Here a persistent CTA keeps a ring of shared-memory slots:
+// `cp.async.bulk` fills the slots of the next rows while the threads reduce
+// and write the current one, so every element is still read once and
+// written once, and loads stay in flight across row boundaries.
+//
+// A row of `n` elements is cut into `pieces` pieces of up to `slot_elems`;
+// the CTA's pieces form one sequence (its row li, piece j is position
+// p = li * pieces + j) that walks the ring: position p lives in slot
+// p % slots and completes phase (p / slots) & 1 of that slot's mbarrier.
+// One thread issues the copies; a slot is refilled only after the
+// __syncthreads that ends the row that used it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "make_inplace/kernels/rowwise_cuda.cuh"
+
+namespace make_inplace::kernels::staged {
+
+// The staged kernels need sm_90's bulk copies and transaction-count mbarriers.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MAKE_INPLACE_STAGED_ROWS 1
+#endif
+
+constexpr int kThreads = 512;
+constexpr int kSlotBytes = 16 * 1024;
+// Shorter rows stay with the register kernels, which were faster on an H100
+// up to 16 KiB rows (8 KiB bf16: 1.98 vs 1.51-1.61 TB/s; 16 KiB fp32: 2.49 vs
+// 2.36); from 32 KiB the staged kernels win (bf16 32 KiB: 1.75-1.80 vs 1.60,
+// fp32 64 KiB: 2.45-2.53 vs 1.88, bf16 128 KiB: 1.69-1.73 vs 1.32 TB/s).
+constexpr int kMinRowBytes = 32 * 1024;
+constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
+constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
+
+struct Plan {
+  int slot_elems = 0;  // elements per slot
+  int pieces = 0;      // slots one row needs
+  int slots = 0;       // ring length
+  int threads = 0;
+  int smem_bytes = 0;
+};
+
+// A plan for rows of n elements of `elem` bytes, or false when staging does
+// not apply: rows too short, rows too long for the ring, a GPU older than
+// sm_90, or MAKE_INPLACE_STAGED_ROWS=0. The caller has checked that x (and
+// every vector it reads beside it) is 16-byte aligned.
+inline bool plan_rows(int64_t n, int elem, Plan* plan) {
+  const int64_t row_bytes = n * elem;
+  if (row_bytes % 16 != 0 || row_bytes < kMinRowBytes) return false;
+  static const bool disabled = [] {
+    const char* v = std::getenv("MAKE_INPLACE_STAGED_ROWS");
+    return v != nullptr && v[0] == '0';
+  }();
+  if (disabled) return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      major < 9) {
+    return false;
+  }
+  const int64_t slot_bytes = row_bytes < kSlotBytes ? row_bytes : kSlotBytes;
+  const int64_t pieces = (row_bytes + slot_bytes - 1) / slot_bytes;
+  // Two rows' worth of slots while that stays within 64 KiB (several CTAs
+  // per SM then overlap as well), else a row and a half.
+  int64_t slots = 2 * pieces;
+  if (slots * slot_bytes > 64 * 1024) slots = pieces + (pieces + 1) / 2;
+  if (slots * slot_bytes > kMaxRingBytes) slots = kMaxRingBytes / slot_bytes;
+  if (slots > kBarrierBytes / 8) slots = kBarrierBytes / 8;
+  if (slots < pieces + 1) return false;
+  plan->slot_elems = static_cast<int>(slot_bytes / elem);
+  plan->pieces = static_cast<int>(pieces);
+  plan->slots = static_cast<int>(slots);
+  plan->threads = kThreads;
+  plan->smem_bytes = static_cast<int>(kBarrierBytes + slots * slot_bytes);
+  return true;
+}
+
+// Persistent grid: as many CTAs as fit on the GPU at once, at most one per row.
+template <typename Kernel>
+cudaError_t persistent_grid(Kernel kernel, const Plan& plan, int64_t rows, unsigned* grid) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  int device = 0, sms = 0, per_sm = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+    return err;
+  }
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
+                                                      plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  const int64_t most = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  *grid = static_cast<unsigned>(rows < most ? rows : most);
+  return cudaSuccess;
+}
+
+#ifdef MAKE_INPLACE_STAGED_ROWS
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The ring of one CTA over rows first_row, first_row + row_step, ... of x.
+template <typename T>
+class RowRing {
+ public:
+  __device__ RowRing(unsigned char* smem, const T* x, int64_t rows, int64_t n, const Plan& plan,
+                     int64_t first_row, int64_t row_step)
+      : bars_(reinterpret_cast<uint64_t*>(smem)),
+        data_(reinterpret_cast<T*>(smem + kBarrierBytes)),
+        x_(x), rows_(rows), n_(n), plan_(plan), first_row_(first_row), row_step_(row_step) {}
+
+  // Every thread calls this once; thread 0 sets up the barriers and fills the ring.
+  __device__ void start() {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < plan_.slots; ++s) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bars_ + s)));
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      for (int64_t p = 0; p < plan_.slots; ++p) issue(p);
+    }
+    __syncthreads();
+  }
+
+  // Piece j of the CTA's row li, once its copy has landed.
+  __device__ const T* wait(int64_t li, int j) const {
+    const int64_t p = li * plan_.pieces + j;
+    const uint32_t bar = shared_address(bars_ + p % plan_.slots);
+    const uint32_t parity = static_cast<uint32_t>((p / plan_.slots) & 1);
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n .reg .pred ready;\n"
+          " mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, ready;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
+    return landed(li, j);
+  }
+
+  // Piece j of row li after wait(li, j) has returned once.
+  __device__ const T* landed(int64_t li, int j) const {
+    const int64_t p = li * plan_.pieces + j;
+    return data_ + (p % plan_.slots) * static_cast<int64_t>(plan_.slot_elems);
+  }
+
+  // Elements in piece j of a row.
+  __device__ int piece_elems(int j) const {
+    const int64_t left = n_ - static_cast<int64_t>(j) * plan_.slot_elems;
+    return static_cast<int>(left < plan_.slot_elems ? left : plan_.slot_elems);
+  }
+
+  // Every thread calls this after its last read of row li's pieces: the
+  // slots go to the pieces `slots` positions further on.
+  __device__ void release(int64_t li) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // Our reads of the slots (generic proxy) before the copy engine's writes.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      for (int j = 0; j < plan_.pieces; ++j) issue(li * plan_.pieces + j + plan_.slots);
+    }
+  }
+
+ private:
+  __device__ void issue(int64_t p) const {
+    const int64_t li = p / plan_.pieces;
+    const int j = static_cast<int>(p % plan_.pieces);
+    const int64_t row = first_row_ + li * row_step_;
+    if (row >= rows_) return;
+    const uint32_t bytes = static_cast<uint32_t>(piece_elems(j) * sizeof(T));
+    const uint32_t bar = shared_address(bars_ + p % plan_.slots);
+    const T* src = x_ + row * n_ + static_cast<int64_t>(j) * plan_.slot_elems;
+    T* dst = data_ + (p % plan_.slots) * static_cast<int64_t>(plan_.slot_elems);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            shared_address(dst)),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+  }
+
+  uint64_t* bars_;
+  T* data_;
+  const T* x_;
+  int64_t rows_, n_;
+  Plan plan_;
+  int64_t first_row_, row_step_;
+};
+
+#endif  // MAKE_INPLACE_STAGED_ROWS
+
+}  // namespace make_inplace::kernels::staged
