@@ -33,9 +33,12 @@ int64_t allocator_exact_workspace(int64_t bound) {
   return 0;
 }
 
-// Below this many result elements per panel the GEMM of one panel no longer
-// fills an H100/H200 (132 SMs x one 128x128 tile), so launches dominate.
-constexpr int64_t kMinPanelElements = int64_t{132} * 128 * 128;
+// Below this many result elements per panel (96 tiles of 128x128, about
+// three quarters of an H100/H200's 132 SMs) the GEMM of one panel no longer
+// fills the GPU and launches dominate. At 132 tiles, fp32 (16384, 4096) and
+// (65536, 768) (512 and 2048-row panels, 128 and 96 tiles) fell to the fused
+// FFMA kernel at 0.5x of cuBLAS.
+constexpr int64_t kMinPanelElements = int64_t{96} * 128 * 128;
 
 void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
                          const std::optional<at::Tensor>& bias, int64_t rows,
