@@ -59,7 +59,7 @@ def test_widths_match_torch(device, dtype, width, kind):
 
 
 # Rows of 32 KiB and more (16-byte aligned) take the staged kernel on sm_90
-# (staged_rows.cuh): widths needing 2 to 10 slots of 16 KiB depending on the
+# (staged_rows.cuh): widths needing 1 to 5 slots of 32 KiB depending on the
 # dtype, a last piece cut short (40008), and more rows than the persistent grid
 # has CTAs; the shorter ones check the register kernels around the threshold.
 STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536]
