@@ -30,6 +30,7 @@ common = dict(
     name="make_inplace._C",
     include_dirs=[os.path.abspath(d) for d in _sources.include_dirs()],
     extra_compile_args={"cxx": _sources.CXX_FLAGS + defines, "nvcc": _sources.NVCC_FLAGS + defines},
+    extra_link_args=_sources.LINK_FLAGS,
 )
 sources = [os.path.relpath(s) for s in _sources.cpu_sources()]
 if with_cuda:

@@ -56,6 +56,7 @@ def _jit_build() -> str:
         extra_include_paths=_sources.include_dirs(),
         extra_cflags=_sources.CXX_FLAGS + defines,
         extra_cuda_cflags=_sources.NVCC_FLAGS + defines,
+        extra_ldflags=_sources.LINK_FLAGS,
         with_cuda=with_cuda,
         is_python_module=False,
         verbose=False,

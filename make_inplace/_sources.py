@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(PACKAGE_DIR)
@@ -34,6 +35,10 @@ def include_dirs(root: str = CSRC) -> list[str]:
     return [os.path.join(root, "include")]
 
 
-# Flags every route uses.
-CXX_FLAGS = ["-O3", "-std=c++17"]
+# Flags every route uses. The CPU kernels split rows over OpenMP threads
+# (torch's own CPU wheels link the same libgomp); without -fopenmp the
+# pragmas are ignored and the kernels run on one thread.
+OPENMP_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else []
+CXX_FLAGS = ["-O3", "-std=c++17", *OPENMP_FLAGS]
+LINK_FLAGS = list(OPENMP_FLAGS)
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
