@@ -129,6 +129,46 @@ __device__ __forceinline__ void online_add(A& m, A& s, A chunk_max, A chunk_sum_
   m = mn;
 }
 
+// Folds one vector of a row (columns col..col+VEC-1) into the running pair.
+template <typename A, typename V, typename Value, typename Index>
+__device__ __forceinline__ void fold_vector(const V& in, Index col, const Value& value, A& m,
+                                            A& s) {
+  constexpr int VEC = sizeof(in.v) / sizeof(in.v[0]);
+  A v[VEC];
+  A cm = -std::numeric_limits<A>::infinity();
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    v[e] = value(in.v[e], col + e);
+    cm = nan_max(cm, v[e]);
+  }
+  if (cm == -std::numeric_limits<A>::infinity()) return;
+  A cs = 0;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) cs += fast_exp(v[e] - cm);
+  online_add(m, s, cm, cs);
+}
+
+// The row's max and 1 / sum from every thread's running pair (a CTA per row).
+template <typename A>
+__device__ __forceinline__ void row_max_and_inverse(A m, A s, A* scratch, A* row_max, A* inv) {
+  *row_max = group_reduce(m, static_cast<int>(blockDim.x),
+                          -std::numeric_limits<A>::infinity(), scratch, MaxOp{});
+  // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
+  const A mine = s == A(0) ? A(0) : s * fast_exp(m - *row_max);
+  *inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+}
+
+// The softmax of one vector from the row's max and 1 / sum.
+template <typename T, typename V, typename Value, typename Index>
+__device__ __forceinline__ V softmax_vector(const V& in, Index col, const Value& value,
+                                            acc_t<T> row_max, acc_t<T> inv) {
+  constexpr int VEC = sizeof(in.v) / sizeof(in.v[0]);
+  V out;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) out.v[e] = from_acc<T>(fast_exp(value(in.v[e], col + e) - row_max) * inv);
+  return out;
+}
+
 template <typename T, int VEC, bool MASKED>
 __global__ void __launch_bounds__(kLongThreads)
     softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t n, acc_t<T> scale,
@@ -145,34 +185,15 @@ __global__ void __launch_bounds__(kLongThreads)
   // Unrolled so each thread has several independent loads in flight.
 #pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
-    const V in = *reinterpret_cast<const V*>(p + col);
-    A v[VEC];
-    A cm = neg_inf<T>();
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      v[e] = value(in.v[e], col + e);
-      cm = nan_max(cm, v[e]);
-    }
-    if (cm == neg_inf<T>()) continue;
-    A cs = 0;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) cs += fast_exp(v[e] - cm);
-    online_add(m, s, cm, cs);
+    fold_vector(*reinterpret_cast<const V*>(p + col), col, value, m, s);
   }
-  const A row_max = group_reduce(m, static_cast<int>(blockDim.x), neg_inf<T>(), scratch, MaxOp{});
-  // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
-  const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
-  const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+  A row_max, inv;
+  row_max_and_inverse(m, s, scratch, &row_max, &inv);
 #pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     V io;
     if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
-    V out;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      out.v[e] = from_acc<T>(fast_exp(value(io.v[e], col + e) - row_max) * inv);
-    }
-    store_vec(p + col, out);
+    store_vec(p + col, softmax_vector<T>(io, col, value, row_max, inv));
   }
 }
 
@@ -200,25 +221,11 @@ __global__ void __launch_bounds__(staged::kThreads)
       const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
       const int count = ring.piece_elems(j);
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count && base + c < value.valid; c += step) {
-        const V in = *reinterpret_cast<const V*>(piece + c);
-        A v[VEC];
-        A cm = neg_inf<T>();
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          v[e] = value(in.v[e], base + c + e);
-          cm = nan_max(cm, v[e]);
-        }
-        if (cm == neg_inf<T>()) continue;
-        A cs = 0;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) cs += fast_exp(v[e] - cm);
-        online_add(m, s, cm, cs);
+        fold_vector(*reinterpret_cast<const V*>(piece + c), base + c, value, m, s);
       }
     }
-    const A row_max = group_reduce(m, static_cast<int>(blockDim.x), neg_inf<T>(), scratch, MaxOp{});
-    // Threads that saw nothing (s == 0, m == -inf) add 0 rather than 0 * exp(NaN).
-    const A mine = s == A(0) ? A(0) : s * fast_exp(m - row_max);
-    const A inv = A(1) / group_reduce(mine, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+    A row_max, inv;
+    row_max_and_inverse(m, s, scratch, &row_max, &inv);
     T* out = x + row * n;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
@@ -227,12 +234,7 @@ __global__ void __launch_bounds__(staged::kThreads)
 #pragma unroll 4
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
         const V in = *reinterpret_cast<const V*>(piece + c);
-        V o;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          o.v[e] = from_acc<T>(fast_exp(value(in.v[e], base + c + e) - row_max) * inv);
-        }
-        store_vec(out + base + c, o);
+        store_vec(out + base + c, softmax_vector<T>(in, base + c, value, row_max, inv));
       }
     }
     ring.release(li);

@@ -19,8 +19,11 @@
 // __syncthreads that ends the row that used it.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 
@@ -45,6 +48,7 @@ constexpr int kSlotBytes = 32 * 1024;
 constexpr int kMinRowBytes = 32 * 1024;
 constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
 constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
+constexpr int kMaxDevices = 64;
 
 struct Plan {
   int slot_elems = 0;  // elements per slot
@@ -66,12 +70,18 @@ inline bool plan_rows(int64_t n, int elem, Plan* plan) {
     return v != nullptr && v[0] == '0';
   }();
   if (disabled) return false;
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      major < 9) {
-    return false;
+  // The compute capability, looked up once per device (0: not yet known).
+  static std::atomic<int> majors[kMaxDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
+  int major = majors[device].load(std::memory_order_relaxed);
+  if (major == 0) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      return false;
+    }
+    majors[device].store(major, std::memory_order_relaxed);
   }
+  if (major < 9) return false;
   const int64_t slot_bytes = row_bytes < kSlotBytes ? row_bytes : kSlotBytes;
   const int64_t pieces = (row_bytes + slot_bytes - 1) / slot_bytes;
   // Two rows' worth of slots while that stays within 64 KiB (several CTAs
@@ -90,21 +100,46 @@ inline bool plan_rows(int64_t n, int elem, Plan* plan) {
 }
 
 // Persistent grid: as many CTAs as fit on the GPU at once, at most one per row.
+// The shared-memory opt-in and the occupancy query run once per kernel,
+// device and plan shape, not on every launch.
 template <typename Kernel>
 cudaError_t persistent_grid(Kernel kernel, const Plan& plan, int64_t rows, unsigned* grid) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         plan.smem_bytes);
+  struct Fit {
+    const void* kernel;
+    int device, smem_bytes, threads;
+    int64_t ctas;
+  };
+  static std::mutex mutex;
+  static std::vector<Fit> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  int device = 0, sms = 0, per_sm = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
-    return err;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int64_t ctas = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const Fit& f : known) {
+      if (f.kernel == key && f.device == device && f.smem_bytes == plan.smem_bytes &&
+          f.threads == plan.threads) {
+        ctas = f.ctas;
+      }
+    }
   }
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
-                                                      plan.smem_bytes);
-  if (err != cudaSuccess) return err;
-  const int64_t most = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  *grid = static_cast<unsigned>(rows < most ? rows : most);
+  if (ctas == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               plan.smem_bytes);
+    if (err != cudaSuccess) return err;
+    int sms = 0, per_sm = 0;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
+                                                        plan.smem_bytes);
+    if (err != cudaSuccess) return err;
+    ctas = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+    const std::lock_guard<std::mutex> lock(mutex);
+    known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
+  }
+  *grid = static_cast<unsigned>(rows < ctas ? rows : ctas);
   return cudaSuccess;
 }
 
