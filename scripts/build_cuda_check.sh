@@ -3,7 +3,9 @@
 # that does not compile fails CI. The CPU torch lacks CUDA headers, so this uses
 # a cached virtual environment with torch==2.11.0 (the CUDA 13.0 build the GPU
 # machines run) and its nvidia/cu13 headers and libraries with the machine's
-# CUDA 13.0 nvcc. The build goes to a temporary directory, not the source tree.
+# CUDA 13.0 nvcc. The build goes to a temporary directory, not the source tree;
+# MAKE_INPLACE_CUDA_LIB_OUT=DIR keeps a copy of the library there (to carry to a
+# GPU machine as scripts/gpu_session.sh's PREBUILT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${MAKE_INPLACE_CUDA_VENV:-$HOME/.cache/make_inplace/venv-torch-2.11.0-cu130}
@@ -33,3 +35,7 @@ backends = torch.ops.make_inplace.build_backends()
 assert "cuda" in backends, backends
 print("CUDA extension built, linked and loaded (no GPU needed):", sys.argv[1].rsplit("/", 1)[-1], backends)
 PY
+if [ -n "${MAKE_INPLACE_CUDA_LIB_OUT:-}" ]; then
+  mkdir -p "$MAKE_INPLACE_CUDA_LIB_OUT" && cp "$lib" "$MAKE_INPLACE_CUDA_LIB_OUT/"
+  echo "kept a copy in $MAKE_INPLACE_CUDA_LIB_OUT/$(basename "$lib")"
+fi

@@ -1,7 +1,8 @@
 // square_matmul_ on CUDA. Two ways to write x <- x @ W over x:
-//  * panels: for each panel of rows, the vendor GEMM writes panel @ W into a
-//    bounded workspace, and a copy on a side stream moves it over the panel
-//    while the GEMM of the next panel runs (two workspace halves, events).
+//  * panels: for each panel of rows, cuBLAS writes panel @ W into workspace
+//    blocks, and a copy kernel moves the results over the panel (adding the
+//    bias). With two groups of blocks, the copy of one panel runs on a side
+//    stream while the GEMM of the next writes the other group.
 //  * fused: one kernel that holds results on chip until the rows they
 //    replace are consumed (no workspace at all).
 // The panel route is taken when the workspace bound allows panels big enough
@@ -9,73 +10,264 @@
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
 #include "make_inplace/kernels/square_matmul_fused.h"
+#include "make_inplace/kernels/square_matmul_panels.h"
 #include "make_inplace/square_matmul.h"
 #include "make_inplace/torch_kinds.h"
 
 namespace make_inplace {
 namespace {
 
-// The caching allocator rounds requests: up to 1 MiB comes from a 2 MiB
-// segment, 1-10 MiB from a 20 MiB segment, and from 10 MiB up it rounds to
-// 2 MiB. To keep the *reserved* memory within the bound on a cold allocator,
-// only sizes whose segment fits the bound are used (see c10's
-// AllocatorConfig.h: kSmallSize, kMinLargeAlloc, kRoundLarge).
-constexpr int64_t kMiB = int64_t{1} << 20;
+using kernels::PanelBlocks;
 
-int64_t allocator_exact_workspace(int64_t bound) {
-  if (bound >= 10 * kMiB) return bound / (2 * kMiB) * (2 * kMiB);
-  if (bound >= 2 * kMiB) return kMiB;
-  return 0;
+// The caching allocator rounds requests: up to 1 MiB comes from the small
+// pool's 2 MiB segments (two 1 MiB blocks share one), 1-10 MiB from a 20 MiB
+// segment, and from 10 MiB up it rounds to 2 MiB (c10's AllocatorConfig.h:
+// kSmallSize, kSmallBuffer, kMinLargeAlloc, kLargeBuffer, kRoundLarge). To
+// keep the *reserved* memory within the bound on a cold allocator, a bound of
+// 10 MiB or more gets one buffer rounded down to 2 MiB, and a bound of 2-10
+// MiB gets separate 1 MiB blocks, two per 2 MiB of bound; the GEMM then
+// writes several blocks in one batched call.
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kSmallBlockBytes = kMiB;
+// Block 0 of the small blocks keeps cuBLAS's device pointer arrays in its
+// last bytes (no allocation of their own, which would cost a segment).
+constexpr int64_t kPointerTailBytes = 4096;
+
+// Below this many 128x128 result tiles per panel (about three quarters of an
+// H100/H200's 132 SMs) one panel's GEMM no longer fills the GPU and launches
+// dominate; the fused kernel runs instead.
+constexpr int64_t kMinPanelTiles = 96;
+
+// Read per call so one process can sweep them (benchmarks/sweep_square_matmul_panels.py).
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
 }
 
-// Below this many result elements per panel (96 tiles of 128x128, about
-// three quarters of an H100/H200's 132 SMs) the GEMM of one panel no longer
-// fills the GPU and launches dominate. At 132 tiles, fp32 (16384, 4096) and
-// (65536, 768) (512 and 2048-row panels, 128 and 96 tiles) fell to the fused
-// FFMA kernel at 0.5x of cuBLAS.
-constexpr int64_t kMinPanelElements = int64_t{96} * 128 * 128;
+struct PanelPlan {
+  bool small_blocks = false;   // separate 1 MiB allocations, else one buffer
+  int groups = 0;              // 1: GEMM and copy in turn; 2: they overlap
+  int blocks_per_group = 0;    // GEMM outputs of one panel
+  int64_t block_bytes = 0;
+  int64_t rows_per_block = 0;  // 0: no panel route within the bound
+  int64_t panel_rows() const { return rows_per_block * blocks_per_group; }
+};
+
+PanelPlan plan_panels(int64_t bound, int64_t row_bytes, int64_t rows) {
+  PanelPlan p;
+  p.groups = static_cast<int>(std::clamp<int64_t>(env_int("MAKE_INPLACE_PANEL_GROUPS", 1), 1, 2));
+  if (bound >= 10 * kMiB) {
+    p.blocks_per_group = 1;
+    p.block_bytes = bound / (2 * kMiB) * (2 * kMiB) / p.groups;
+    p.rows_per_block = p.block_bytes / row_bytes;
+  } else if (bound >= 2 * kMiB) {
+    const int64_t blocks = std::min<int64_t>(2 * (bound / (2 * kMiB)), PanelBlocks::kMax);
+    p.small_blocks = true;
+    p.blocks_per_group = static_cast<int>(blocks / p.groups);
+    p.block_bytes = kSmallBlockBytes;
+    p.rows_per_block = (kSmallBlockBytes - kPointerTailBytes) / row_bytes;
+  }
+  // cuBLAS takes int sizes; more rows than x has would only waste workspace.
+  p.rows_per_block = std::min<int64_t>({p.rows_per_block, rows, int64_t{1} << 30});
+  if (p.rows_per_block >= 1) {
+    p.blocks_per_group = static_cast<int>(std::min<int64_t>(
+        p.blocks_per_group, (rows + p.rows_per_block - 1) / p.rows_per_block));
+    p.groups = static_cast<int>(std::min<int64_t>(
+        p.groups, (rows + p.panel_rows() - 1) / p.panel_rows()));
+  }
+  return p;
+}
+
+// cuBLAS is column-major: x's row-major (rows x n) panel is the column-major
+// n x rows matrix X^T, so the panel's result (X W)^T = W^T X^T is the
+// column-major product of W's row-major storage (W^T) and X^T; with
+// transpose, (X W^T)^T = W X^T takes W's storage transposed.
+struct PanelGemm {
+  cublasHandle_t handle;
+  cublasOperation_t op_w;
+  int n;
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  const void* w;
+  float alpha32 = 1.f, beta32 = 0.f;
+  double alpha64 = 1.0, beta64 = 0.0;
+  const void* alpha() const { return compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64) : &alpha32; }
+  const void* beta() const { return compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64) : &beta32; }
+
+  void one(const void* x_rows, void* out, int64_t count) const {
+    TORCH_CUDABLAS_CHECK(cublasGemmEx(handle, op_w, CUBLAS_OP_N, n, static_cast<int>(count), n,
+                                      alpha(), w, type, n, x_rows, type, n, beta(), out, type, n,
+                                      compute, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // `batch` products of rows_per_block rows; the pointer arrays are on the device.
+  void batched(const void* const* w_array, const void* const* x_array, void* const* out_array,
+               int64_t rows_per_block, int batch) const {
+    TORCH_CUDABLAS_CHECK(cublasGemmBatchedEx(
+        handle, op_w, CUBLAS_OP_N, n, static_cast<int>(rows_per_block), n, alpha(), w_array,
+        type, n, x_array, type, n, beta(), out_array, type, n, batch, compute,
+        CUBLAS_GEMM_DEFAULT));
+  }
+};
+
+PanelGemm make_panel_gemm(const SquareWeight& w, at::ScalarType dtype, int64_t n) {
+  PanelGemm g{};
+  g.handle = at::cuda::getCurrentCUDABlasHandle();  // on the current stream
+  g.op_w = w.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.n = static_cast<int>(n);
+  g.w = w.matrix.const_data_ptr();
+  g.alpha32 = 1.f, g.beta32 = 0.f, g.alpha64 = 1.0, g.beta64 = 0.0;
+  switch (dtype) {
+    case at::kHalf: g.type = CUDA_R_16F, g.compute = CUBLAS_COMPUTE_32F; break;
+    case at::kBFloat16: g.type = CUDA_R_16BF, g.compute = CUBLAS_COMPUTE_32F; break;
+    case at::kFloat:
+      g.type = CUDA_R_32F;
+      g.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                        : CUBLAS_COMPUTE_32F;
+      break;
+    default: g.type = CUDA_R_64F, g.compute = CUBLAS_COMPUTE_64F; break;
+  }
+  return g;
+}
+
+// Half types accumulate in float32 all the way: split-K partial sums too.
+class NoReducedPrecisionReduction {
+ public:
+  explicit NoReducedPrecisionReduction(cublasHandle_t handle) : handle_(handle) {
+    TORCH_CUDABLAS_CHECK(cublasGetMathMode(handle_, &saved_));
+    TORCH_CUDABLAS_CHECK(cublasSetMathMode(
+        handle_, static_cast<cublasMath_t>(saved_ | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  }
+  ~NoReducedPrecisionReduction() { cublasSetMathMode(handle_, saved_); }
+
+ private:
+  cublasHandle_t handle_;
+  cublasMath_t saved_;
+};
 
 void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
                          const std::optional<at::Tensor>& bias, int64_t rows,
-                         int64_t n, int64_t workspace_size) {
-  const int64_t half_rows =
-      std::min(rows, workspace_size / 2 / (n * static_cast<int64_t>(x.element_size())));
-  const int64_t panels = (rows + half_rows - 1) / half_rows;
-  const at::Tensor x2d = x.view({rows, n});
-  const at::Tensor mat = w.transpose ? w.matrix.t() : w.matrix;
-  const bool has_bias = bias.has_value() && bias->defined();
-  // One allocation split in two halves, so one segment holds both.
-  at::Tensor workspace = at::empty({std::min<int64_t>(2, panels), half_rows, n},
-                                   x.options());
-  const auto main = at::cuda::getCurrentCUDAStream();
-  const auto side = at::cuda::getStreamFromPool(false, x.device().index());
-  at::cuda::CUDAEvent gemm_done[2], copy_done[2];
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t start = p * half_rows;
-    const int64_t count = std::min(half_rows, rows - start);
-    const int slot = static_cast<int>(p % 2);
-    if (p >= 2) copy_done[slot].block(main);  // the slot's last copy is done
-    at::Tensor result = workspace[slot].narrow(0, 0, count);
-    const at::Tensor panel = x2d.narrow(0, start, count);
-    if (has_bias) {
-      at::addmm_out(result, *bias, panel, mat);
-    } else {
-      at::mm_out(result, panel, mat);
+                         int64_t n, const PanelPlan& plan) {
+  const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
+  const int blocks = plan.groups * plan.blocks_per_group;
+  const auto byte_options = x.options().dtype(at::kByte);
+  std::vector<at::Tensor> storage;
+  std::vector<char*> block(blocks);
+  if (plan.small_blocks) {
+    for (int b = 0; b < blocks; ++b) {
+      storage.push_back(at::empty({plan.block_bytes}, byte_options));
+      block[b] = static_cast<char*>(storage.back().data_ptr());
     }
-    gemm_done[slot].record(main);
-    gemm_done[slot].block(side);
-    C10_CUDA_CHECK(cudaMemcpyAsync(panel.data_ptr(), result.data_ptr(),
-                                   result.nbytes(), cudaMemcpyDeviceToDevice,
-                                   side.stream()));
-    copy_done[slot].record(side);
+  } else {  // one allocation, so one segment holds every block
+    storage.push_back(at::empty({blocks * plan.block_bytes}, byte_options));
+    for (int b = 0; b < blocks; ++b) {
+      block[b] = static_cast<char*>(storage[0].data_ptr()) + b * plan.block_bytes;
+    }
+  }
+
+  const auto main = at::cuda::getCurrentCUDAStream();
+  const PanelGemm gemm = make_panel_gemm(w, x.scalar_type(), n);
+  std::optional<NoReducedPrecisionReduction> fp32_sums;
+  if (x.element_size() == 2) fp32_sums.emplace(gemm.handle);
+  const bool batched = plan.blocks_per_group > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
+
+  // Pointer arrays for the batched GEMM, in block 0's tail, written by a
+  // small kernel (no host staging): the weight m times, every block, then
+  // the x pointers of a run of sub-panels (rows_per_block rows each),
+  // rewritten when a panel goes past the run. The writes and the GEMMs are
+  // all on the main stream, so a rewrite never overtakes a GEMM still
+  // reading the previous run.
+  const int m = plan.blocks_per_group;
+  const void** w_array = nullptr;
+  void** out_array = nullptr;
+  const void** x_array = nullptr;
+  int64_t x_run_first = 0, x_run_capacity = 0, x_run_count = 0;
+  const char* x_bytes = static_cast<const char*>(x.const_data_ptr());
+  const int64_t sub_panel_bytes = plan.rows_per_block * row_bytes;
+  auto write_x_run = [&](const void** dst, const PanelBlocks& fixed, int fixed_count,
+                         int64_t first_sub_panel) {
+    const int64_t total = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
+    x_run_first = first_sub_panel;
+    x_run_count = std::min(x_run_capacity, total - first_sub_panel);
+    C10_CUDA_CHECK(kernels::write_panel_pointers(dst, fixed, fixed_count,
+                                                 x_bytes + first_sub_panel * sub_panel_bytes,
+                                                 sub_panel_bytes, x_run_count, main.stream()));
+  };
+  if (batched) {
+    const int64_t tail_offset = (sub_panel_bytes + 15) / 16 * 16;
+    const int64_t capacity = (plan.block_bytes - tail_offset) / static_cast<int64_t>(sizeof(void*));
+    TORCH_INTERNAL_ASSERT(m + blocks <= PanelBlocks::kMax && capacity >= 2 * m + blocks);
+    char* tail = block[0] + tail_offset;
+    w_array = reinterpret_cast<const void**>(tail);
+    out_array = reinterpret_cast<void**>(tail + m * sizeof(void*));
+    x_array = reinterpret_cast<const void**>(tail + (m + blocks) * sizeof(void*));
+    x_run_capacity = capacity - m - blocks;
+    PanelBlocks fixed{};
+    for (int i = 0; i < m; ++i) fixed.ptr[i] = gemm.w;
+    for (int b = 0; b < blocks; ++b) fixed.ptr[m + b] = block[b];
+    write_x_run(w_array, fixed, m + blocks, 0);
+  }
+
+  const std::optional<c10::cuda::CUDAStream> side =
+      plan.groups > 1 ? std::make_optional(at::cuda::getStreamFromPool(false, x.device().index()))
+                      : std::nullopt;
+  at::cuda::CUDAEvent gemm_done[2], copy_done[2];
+  const bool has_bias = bias.has_value() && bias->defined();
+  const auto kind = scalar_kind(x.scalar_type());
+  const int64_t panel_rows = plan.panel_rows();
+  const int64_t panels = (rows + panel_rows - 1) / panel_rows;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t start = p * panel_rows;
+    const int64_t count = std::min(panel_rows, rows - start);
+    const int g = static_cast<int>(p % plan.groups);
+    if (side && p >= plan.groups) copy_done[g].block(main);  // the group's last copy is done
+    char* const* out = block.data() + g * m;
+    const int64_t full = count / plan.rows_per_block;
+    const int64_t rest = count % plan.rows_per_block;
+    const int64_t first_sub_panel = start / plan.rows_per_block;
+    if (batched && full > 1) {
+      if (first_sub_panel + full > x_run_first + x_run_count) {
+        write_x_run(x_array, PanelBlocks{}, 0, first_sub_panel);
+      }
+      gemm.batched(w_array, x_array + (first_sub_panel - x_run_first), out_array + g * m,
+                   plan.rows_per_block, static_cast<int>(full));
+    } else {
+      for (int64_t b = 0; b < full; ++b) {
+        gemm.one(x_bytes + (start + b * plan.rows_per_block) * row_bytes, out[b],
+                 plan.rows_per_block);
+      }
+    }
+    if (rest > 0) gemm.one(x_bytes + (start + full * plan.rows_per_block) * row_bytes, out[full], rest);
+
+    PanelBlocks blocks_of_panel{};
+    const int used = static_cast<int>(full + (rest > 0 ? 1 : 0));
+    for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = out[b];
+    cudaStream_t copy_stream = main.stream();
+    if (side) {
+      gemm_done[g].record(main);
+      gemm_done[g].block(*side);
+      copy_stream = side->stream();
+    }
+    C10_CUDA_CHECK(kernels::copy_panel_blocks(
+        kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used,
+        plan.rows_per_block, count, n, has_bias ? bias->const_data_ptr() : nullptr,
+        copy_stream));
+    if (side) copy_done[g].record(*side);
   }
   // The workspace is freed on the main stream, which must first see every copy.
-  for (int slot = 0; slot < 2 && slot < panels; ++slot) copy_done[slot].block(main);
+  if (side) {
+    for (int g = 0; g < plan.groups; ++g) copy_done[g].block(main);
+  }
 }
 
 void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
@@ -89,15 +281,14 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   if (rows == 0) return;
 
   const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
-  const int64_t workspace_size =
-      allocator_exact_workspace(workspace_bound(x, workspace_bytes));
-  const int64_t half_rows = std::min(rows, workspace_size / 2 / row_bytes);
+  const PanelPlan plan = plan_panels(workspace_bound(x, workspace_bytes), row_bytes, rows);
   const auto kind = scalar_kind(x.scalar_type());
   const bool fused_ok = kernels::square_matmul_fused_supports(kind, n);
-  const bool panels_fill_gpu =
-      half_rows * n >= kMinPanelElements || half_rows == rows;
-  if (half_rows >= 1 && (panels_fill_gpu || !fused_ok)) {
-    panel_square_matmul(x, w, bias, rows, n, workspace_size);
+  const int64_t min_tiles = env_int("MAKE_INPLACE_PANEL_MIN_TILES", kMinPanelTiles);
+  const bool panels_fill_gpu = plan.panel_rows() * n >= min_tiles * 128 * 128 ||
+                               plan.panel_rows() * plan.groups >= rows;
+  if (plan.rows_per_block >= 1 && (panels_fill_gpu || !fused_ok)) {
+    panel_square_matmul(x, w, bias, rows, n, plan);
     return;
   }
   TORCH_CHECK(fused_ok, "square_matmul_: x's width n = ", n,
