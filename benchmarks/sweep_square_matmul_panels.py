@@ -4,15 +4,15 @@ For each (rows, n, dtype) and each route setting, checks the default mode
 (workspace bound 1/16 of x, at most 64 MiB) against a float64 reference
 (bias and the transposed weight on), measures its peak extra reserved and
 allocated memory from a cold allocator, and times it against
-``torch.matmul(x, w)`` with CUDA events. The settings are the environment
+``torch.matmul(x, w)`` and the fused zero-workspace kernel
+(``workspace_bytes=0``) with CUDA events. The settings are the environment
 switches the CUDA binding reads per call:
 
-- MAKE_INPLACE_PANEL_GROUPS: 1 (GEMM and copy take turns on one stream) or
-  2 (the copy of one panel overlaps the GEMM of the next, half-size panels)
-- MAKE_INPLACE_PANEL_BATCHED: 1 (one batched cuBLAS call per panel over its
-  1 MiB blocks) or 0 (one GEMM per block)
+- MAKE_INPLACE_PANEL_BATCHED: 1 (default; one batched cuBLAS call per panel
+  over its 1 MiB blocks) or 0 (one GEMM per block)
 - MAKE_INPLACE_PANEL_MIN_TILES: the panel size (in 128x128 result tiles)
-  below which the fused zero-workspace kernel runs instead
+  below which the fused kernel runs instead (default 96; 0 takes the panels
+  at any size the bound allows)
 
     python benchmarks/sweep_square_matmul_panels.py --out panels.json
 """
@@ -35,20 +35,16 @@ SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768
           (16384, 1024), (4097, 8192), (20000, 777), (65536, 1030)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 SETTINGS = {
-    "g1": dict(MAKE_INPLACE_PANEL_GROUPS="1", MAKE_INPLACE_PANEL_BATCHED="1"),
-    "g2": dict(MAKE_INPLACE_PANEL_GROUPS="2", MAKE_INPLACE_PANEL_BATCHED="1"),
-    "g1 per-block": dict(MAKE_INPLACE_PANEL_GROUPS="1", MAKE_INPLACE_PANEL_BATCHED="0"),
-    "g1 any size": dict(MAKE_INPLACE_PANEL_GROUPS="1", MAKE_INPLACE_PANEL_BATCHED="1",
-                        MAKE_INPLACE_PANEL_MIN_TILES="0"),
-    "g2 any size": dict(MAKE_INPLACE_PANEL_GROUPS="2", MAKE_INPLACE_PANEL_BATCHED="1",
-                        MAKE_INPLACE_PANEL_MIN_TILES="0"),
+    "default": {},
+    "per-block": dict(MAKE_INPLACE_PANEL_BATCHED="0"),
+    "any size": dict(MAKE_INPLACE_PANEL_MIN_TILES="0"),
 }
 TOLERANCE = {torch.bfloat16: 1.2e-2, torch.float16: 2e-3, torch.float32: 2e-5}
 L2_BYTES = 50 << 20
 
 
 def use(setting: dict) -> None:
-    for key in ("MAKE_INPLACE_PANEL_GROUPS", "MAKE_INPLACE_PANEL_BATCHED", "MAKE_INPLACE_PANEL_MIN_TILES"):
+    for key in ("MAKE_INPLACE_PANEL_BATCHED", "MAKE_INPLACE_PANEL_MIN_TILES"):
         os.environ.pop(key, None)
     os.environ.update(setting)
 

@@ -1,15 +1,16 @@
 // square_matmul_ on CUDA. Two ways to write x <- x @ W over x:
 //  * panels: for each panel of rows, cuBLAS writes panel @ W into workspace
-//    blocks, and a copy kernel moves the results over the panel (adding the
-//    bias). With two groups of blocks, the copy of one panel runs on a side
-//    stream while the GEMM of the next writes the other group.
+//    blocks, then a copy kernel moves the results over the panel (adding the
+//    bias), on the current stream. (Two halves with the copy of one on a side
+//    stream under the GEMM of the other measured slower on an H100: the copy
+//    kernel finds no free SM while the GEMM runs, and half-size GEMMs fill
+//    the GPU less; benchmarks/results/h100/sweep_square_matmul_panels.txt.)
 //  * fused: one kernel that holds results on chip until the rows they
 //    replace are consumed (no workspace at all).
 // The panel route is taken when the workspace bound allows panels big enough
 // for the GEMM to fill the GPU; otherwise the fused kernel runs.
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -48,7 +49,16 @@ constexpr int64_t kPointerTailBytes = 4096;
 // dominate; the fused kernel runs instead.
 constexpr int64_t kMinPanelTiles = 96;
 
-// Read per call so one process can sweep them (benchmarks/sweep_square_matmul_panels.py).
+// The fused kernel's speed as a share of cuBLAS's on an H100 (mma.sync for
+// 16-bit types, FFMA otherwise). A panel made of 1 MiB blocks of r rows
+// keeps about r / (128 * ceil(r / 128)) of cuBLAS's 128-row tiles busy; when
+// that share is below the fused kernel's, the fused kernel is faster
+// (measured: fp32 (4097, 8192), r = 31, 0.38x vs fused 0.45x; bf16 r = 63,
+// 0.45x vs 0.24x).
+double fused_share_of_cublas(int64_t element_size) { return element_size == 2 ? 0.3 : 0.5; }
+
+// Switches for comparisons, read per call so one process can sweep them
+// (benchmarks/sweep_square_matmul_panels.py).
 int64_t env_int(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
@@ -56,36 +66,43 @@ int64_t env_int(const char* name, int64_t fallback) {
 
 struct PanelPlan {
   bool small_blocks = false;   // separate 1 MiB allocations, else one buffer
-  int groups = 0;              // 1: GEMM and copy in turn; 2: they overlap
-  int blocks_per_group = 0;    // GEMM outputs of one panel
+  int blocks = 0;              // GEMM outputs of one panel
   int64_t block_bytes = 0;
   int64_t rows_per_block = 0;  // 0: no panel route within the bound
-  int64_t panel_rows() const { return rows_per_block * blocks_per_group; }
+  int64_t panel_rows() const { return rows_per_block * blocks; }
 };
 
 PanelPlan plan_panels(int64_t bound, int64_t row_bytes, int64_t rows) {
   PanelPlan p;
-  p.groups = static_cast<int>(std::clamp<int64_t>(env_int("MAKE_INPLACE_PANEL_GROUPS", 1), 1, 2));
   if (bound >= 10 * kMiB) {
-    p.blocks_per_group = 1;
-    p.block_bytes = bound / (2 * kMiB) * (2 * kMiB) / p.groups;
+    p.blocks = 1;
+    p.block_bytes = bound / (2 * kMiB) * (2 * kMiB);
     p.rows_per_block = p.block_bytes / row_bytes;
   } else if (bound >= 2 * kMiB) {
-    const int64_t blocks = std::min<int64_t>(2 * (bound / (2 * kMiB)), PanelBlocks::kMax);
     p.small_blocks = true;
-    p.blocks_per_group = static_cast<int>(blocks / p.groups);
+    p.blocks = static_cast<int>(std::min<int64_t>(2 * (bound / (2 * kMiB)), PanelBlocks::kMax));
     p.block_bytes = kSmallBlockBytes;
     p.rows_per_block = (kSmallBlockBytes - kPointerTailBytes) / row_bytes;
   }
   // cuBLAS takes int sizes; more rows than x has would only waste workspace.
   p.rows_per_block = std::min<int64_t>({p.rows_per_block, rows, int64_t{1} << 30});
   if (p.rows_per_block >= 1) {
-    p.blocks_per_group = static_cast<int>(std::min<int64_t>(
-        p.blocks_per_group, (rows + p.rows_per_block - 1) / p.rows_per_block));
-    p.groups = static_cast<int>(std::min<int64_t>(
-        p.groups, (rows + p.panel_rows() - 1) / p.panel_rows()));
+    p.blocks = static_cast<int>(
+        std::min<int64_t>(p.blocks, (rows + p.rows_per_block - 1) / p.rows_per_block));
   }
   return p;
+}
+
+// Whether the panels beat the fused kernel: they must fill the GPU (or hold
+// all of x at once), and small blocks must keep enough of each tile busy.
+bool panels_pay(const PanelPlan& p, int64_t rows, int64_t n, int64_t element_size) {
+  if (p.rows_per_block < 1) return false;
+  const int64_t min_tiles = env_int("MAKE_INPLACE_PANEL_MIN_TILES", kMinPanelTiles);
+  const bool fills_gpu = p.panel_rows() * n >= min_tiles * 128 * 128 || p.panel_rows() >= rows;
+  const int64_t tile_rows = (p.rows_per_block + 127) / 128 * 128;
+  const bool tiles_busy = !p.small_blocks || static_cast<double>(p.rows_per_block) / tile_rows >=
+                                                 fused_share_of_cublas(element_size);
+  return fills_gpu && tiles_busy;
 }
 
 // cuBLAS is column-major: x's row-major (rows x n) panel is the column-major
@@ -159,7 +176,7 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
                          const std::optional<at::Tensor>& bias, int64_t rows,
                          int64_t n, const PanelPlan& plan) {
   const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
-  const int blocks = plan.groups * plan.blocks_per_group;
+  const int blocks = plan.blocks;
   const auto byte_options = x.options().dtype(at::kByte);
   std::vector<at::Tensor> storage;
   std::vector<char*> block(blocks);
@@ -179,15 +196,15 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
   const PanelGemm gemm = make_panel_gemm(w, x.scalar_type(), n);
   std::optional<NoReducedPrecisionReduction> fp32_sums;
   if (x.element_size() == 2) fp32_sums.emplace(gemm.handle);
-  const bool batched = plan.blocks_per_group > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
+  // MAKE_INPLACE_PANEL_BATCHED=0 (for comparisons): one GEMM per block.
+  const bool batched = blocks > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
 
   // Pointer arrays for the batched GEMM, in block 0's tail, written by a
-  // small kernel (no host staging): the weight m times, every block, then
+  // small kernel (no host staging): the weight once per block, every block, then
   // the x pointers of a run of sub-panels (rows_per_block rows each),
   // rewritten when a panel goes past the run. The writes and the GEMMs are
   // all on the main stream, so a rewrite never overtakes a GEMM still
   // reading the previous run.
-  const int m = plan.blocks_per_group;
   const void** w_array = nullptr;
   void** out_array = nullptr;
   const void** x_array = nullptr;
@@ -206,32 +223,22 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
   if (batched) {
     const int64_t tail_offset = (sub_panel_bytes + 15) / 16 * 16;
     const int64_t capacity = (plan.block_bytes - tail_offset) / static_cast<int64_t>(sizeof(void*));
-    TORCH_INTERNAL_ASSERT(m + blocks <= PanelBlocks::kMax && capacity >= 2 * m + blocks);
+    TORCH_INTERNAL_ASSERT(2 * blocks <= PanelBlocks::kMax && capacity >= 3 * blocks);
     char* tail = block[0] + tail_offset;
     w_array = reinterpret_cast<const void**>(tail);
-    out_array = reinterpret_cast<void**>(tail + m * sizeof(void*));
-    x_array = reinterpret_cast<const void**>(tail + (m + blocks) * sizeof(void*));
-    x_run_capacity = capacity - m - blocks;
+    out_array = reinterpret_cast<void**>(tail + blocks * sizeof(void*));
+    x_array = reinterpret_cast<const void**>(tail + 2 * blocks * sizeof(void*));
+    x_run_capacity = capacity - 2 * blocks;
     PanelBlocks fixed{};
-    for (int i = 0; i < m; ++i) fixed.ptr[i] = gemm.w;
-    for (int b = 0; b < blocks; ++b) fixed.ptr[m + b] = block[b];
-    write_x_run(w_array, fixed, m + blocks, 0);
+    for (int b = 0; b < blocks; ++b) fixed.ptr[b] = gemm.w, fixed.ptr[blocks + b] = block[b];
+    write_x_run(w_array, fixed, 2 * blocks, 0);
   }
 
-  const std::optional<c10::cuda::CUDAStream> side =
-      plan.groups > 1 ? std::make_optional(at::cuda::getStreamFromPool(false, x.device().index()))
-                      : std::nullopt;
-  at::cuda::CUDAEvent gemm_done[2], copy_done[2];
   const bool has_bias = bias.has_value() && bias->defined();
   const auto kind = scalar_kind(x.scalar_type());
   const int64_t panel_rows = plan.panel_rows();
-  const int64_t panels = (rows + panel_rows - 1) / panel_rows;
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t start = p * panel_rows;
+  for (int64_t start = 0; start < rows; start += panel_rows) {
     const int64_t count = std::min(panel_rows, rows - start);
-    const int g = static_cast<int>(p % plan.groups);
-    if (side && p >= plan.groups) copy_done[g].block(main);  // the group's last copy is done
-    char* const* out = block.data() + g * m;
     const int64_t full = count / plan.rows_per_block;
     const int64_t rest = count % plan.rows_per_block;
     const int64_t first_sub_panel = start / plan.rows_per_block;
@@ -239,34 +246,25 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
       if (first_sub_panel + full > x_run_first + x_run_count) {
         write_x_run(x_array, PanelBlocks{}, 0, first_sub_panel);
       }
-      gemm.batched(w_array, x_array + (first_sub_panel - x_run_first), out_array + g * m,
+      gemm.batched(w_array, x_array + (first_sub_panel - x_run_first), out_array,
                    plan.rows_per_block, static_cast<int>(full));
     } else {
       for (int64_t b = 0; b < full; ++b) {
-        gemm.one(x_bytes + (start + b * plan.rows_per_block) * row_bytes, out[b],
+        gemm.one(x_bytes + (start + b * plan.rows_per_block) * row_bytes, block[b],
                  plan.rows_per_block);
       }
     }
-    if (rest > 0) gemm.one(x_bytes + (start + full * plan.rows_per_block) * row_bytes, out[full], rest);
+    if (rest > 0) gemm.one(x_bytes + (start + full * plan.rows_per_block) * row_bytes, block[full], rest);
 
+    // The GEMM above is done with the panel's rows before this copy, on the
+    // same stream, overwrites them; the next GEMM reuses the blocks after it.
     PanelBlocks blocks_of_panel{};
     const int used = static_cast<int>(full + (rest > 0 ? 1 : 0));
-    for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = out[b];
-    cudaStream_t copy_stream = main.stream();
-    if (side) {
-      gemm_done[g].record(main);
-      gemm_done[g].block(*side);
-      copy_stream = side->stream();
-    }
+    for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = block[b];
     C10_CUDA_CHECK(kernels::copy_panel_blocks(
         kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used,
         plan.rows_per_block, count, n, has_bias ? bias->const_data_ptr() : nullptr,
-        copy_stream));
-    if (side) copy_done[g].record(*side);
-  }
-  // The workspace is freed on the main stream, which must first see every copy.
-  if (side) {
-    for (int g = 0; g < plan.groups; ++g) copy_done[g].block(main);
+        main.stream()));
   }
 }
 
@@ -284,10 +282,8 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   const PanelPlan plan = plan_panels(workspace_bound(x, workspace_bytes), row_bytes, rows);
   const auto kind = scalar_kind(x.scalar_type());
   const bool fused_ok = kernels::square_matmul_fused_supports(kind, n);
-  const int64_t min_tiles = env_int("MAKE_INPLACE_PANEL_MIN_TILES", kMinPanelTiles);
-  const bool panels_fill_gpu = plan.panel_rows() * n >= min_tiles * 128 * 128 ||
-                               plan.panel_rows() * plan.groups >= rows;
-  if (plan.rows_per_block >= 1 && (panels_fill_gpu || !fused_ok)) {
+  if (plan.rows_per_block >= 1 &&
+      (panels_pay(plan, rows, n, x.element_size()) || !fused_ok)) {
     panel_square_matmul(x, w, bias, rows, n, plan);
     return;
   }

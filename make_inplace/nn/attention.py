@@ -49,8 +49,10 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
       core torch has.
     * the output projection runs in place over the attention output through
       ``make_inplace.square_matmul_`` when autograd allows it (no grad, or a
-      frozen ``out_proj.weight`` with a buffer no backward reads); otherwise
-      out of place, as torch does.
+      frozen ``out_proj.weight`` with a buffer no backward reads), with a
+      workspace of one activation carved from the memory q, k, v and the
+      scores leave behind (so it runs as whole cuBLAS panels without raising
+      the layer's peak); otherwise out of place, as torch does.
 
     Masks: ``key_padding_mask`` (N, S) and ``attn_mask`` (L, S) or
     (N * num_heads, L, S), bool (True = masked out) or float (added). As in
@@ -207,7 +209,13 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             attn = out.transpose(1, 2).reshape(n, tgt_len, e)
             del out
         if owned:
-            attn, _ = linear_maybe_inplace(attn, self.out_proj.weight, self.out_proj.bias)
+            # q (attn's size; with the packed projection, k and v beside it) and
+            # the scores are dead by now, and their memory is cached by the
+            # allocator: a workspace of attn's size is carved from it, so the
+            # in-place projection runs as whole cuBLAS panels instead of the
+            # slower zero-workspace kernel, and the layer's peak (the scores, or
+            # q, k, v and the core's output together) does not move.
+            attn, _ = linear_maybe_inplace(attn, self.out_proj.weight, self.out_proj.bias, workspace_bytes=attn.nbytes)
         else:
             attn = F.linear(attn, self.out_proj.weight, self.out_proj.bias)
         if not batched:

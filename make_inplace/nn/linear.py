@@ -11,15 +11,18 @@ from torch import nn
 from ..ops.square_matmul import square_matmul_
 
 
-def linear_maybe_inplace(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, bool]:
+def linear_maybe_inplace(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, workspace_bytes: int | None = None
+) -> tuple[torch.Tensor, bool]:
     """``x @ weight.T + bias`` over x's memory when autograd allows it.
 
     Returns (result, done_in_place). Out of place when the weight requires grad
     under grad mode: dW = x^T @ dy needs the x that an in-place product destroys.
+    ``workspace_bytes`` goes to ``square_matmul_`` (None: its default bound).
     """
     if torch.is_grad_enabled() and weight.requires_grad:
         return F.linear(x, weight, bias), False
-    return square_matmul_(x, weight, bias, transpose=True), True
+    return square_matmul_(x, weight, bias, transpose=True, workspace_bytes=workspace_bytes), True
 
 
 class InplaceLinear(nn.Linear):
