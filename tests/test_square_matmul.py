@@ -210,6 +210,22 @@ def test_cuda_large(dtype, rows, n, workspace_bytes):
 
 
 @requires_cuda
+@pytest.mark.parametrize(
+    "rows,n,dtype,workspace_bytes",
+    [
+        (262144, 1024, torch.bfloat16, 4 << 20),  # 4 blocks of 510 rows: more sub-panels than one pointer run holds
+        (16391, 2048, torch.float16, 6 << 20),  # 6 blocks; the last panel has 4 full blocks and a partial one
+        (65536, 1030, torch.bfloat16, None),  # rows not 16-byte multiples: no cuBLASLt plan, element-wise copy
+        (40000, 1024, torch.float32, None),  # fp32, 8 blocks of 255 rows
+    ],
+)
+def test_cuda_small_block_panels(rows, n, dtype, workspace_bytes):
+    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB)."""
+    x, w, b = make(rows, n, dtype, "cuda", bias=True)
+    check(x, w, b, transpose=(n % 2 == 0), workspace_bytes=workspace_bytes)
+
+
+@requires_cuda
 def test_cuda_fp32_follows_allow_tf32():
     x, w, _ = make(2048, 1024, torch.float32, "cuda")
     old = torch.backends.cuda.matmul.allow_tf32
