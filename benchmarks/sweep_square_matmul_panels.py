@@ -10,8 +10,6 @@ switches the CUDA binding reads per call:
 
 - MAKE_INPLACE_PANEL_BATCHED: 1 (default; one batched cuBLAS call per panel
   over its 1 MiB blocks) or 0 (one GEMM per block)
-- MAKE_INPLACE_PANEL_LT: 1 (default; full panels through a cuBLASLt plan made
-  once per shape) or 0 (cublasGemmBatchedEx, which picks its kernel per call)
 - MAKE_INPLACE_PANEL_MIN_TILES: the panel size (in 128x128 result tiles)
   below which the fused kernel runs instead (default 96; 0 takes the panels
   at any size the bound allows)
@@ -38,7 +36,6 @@ SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 SETTINGS = {
     "default": {},
-    "GemmBatchedEx": dict(MAKE_INPLACE_PANEL_LT="0"),
     "per-block": dict(MAKE_INPLACE_PANEL_BATCHED="0"),
     "any size": dict(MAKE_INPLACE_PANEL_MIN_TILES="0"),
 }
@@ -47,7 +44,7 @@ L2_BYTES = 50 << 20
 
 
 def use(setting: dict) -> None:
-    for key in ("MAKE_INPLACE_PANEL_BATCHED", "MAKE_INPLACE_PANEL_LT", "MAKE_INPLACE_PANEL_MIN_TILES"):
+    for key in ("MAKE_INPLACE_PANEL_BATCHED", "MAKE_INPLACE_PANEL_MIN_TILES"):
         os.environ.pop(key, None)
     os.environ.update(setting)
 

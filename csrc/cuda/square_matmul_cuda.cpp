@@ -11,6 +11,7 @@
 // for the GEMM to fill the GPU; otherwise the fused kernel runs.
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -22,7 +23,6 @@
 #include "make_inplace/kernels/square_matmul_fused.h"
 #include "make_inplace/kernels/square_matmul_panels.h"
 #include "make_inplace/square_matmul.h"
-#include "make_inplace/square_matmul_gemm.h"
 #include "make_inplace/torch_kinds.h"
 
 namespace make_inplace {
@@ -105,6 +105,73 @@ bool panels_pay(const PanelPlan& p, int64_t rows, int64_t n, int64_t element_siz
   return fills_gpu && tiles_busy;
 }
 
+// cuBLAS is column-major: x's row-major (rows x n) panel is the column-major
+// n x rows matrix X^T, so the panel's result (X W)^T = W^T X^T is the
+// column-major product of W's row-major storage (W^T) and X^T; with
+// transpose, (X W^T)^T = W X^T takes W's storage transposed.
+struct PanelGemm {
+  cublasHandle_t handle;
+  cublasOperation_t op_w;
+  int n;
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  const void* w;
+  float alpha32 = 1.f, beta32 = 0.f;
+  double alpha64 = 1.0, beta64 = 0.0;
+  const void* alpha() const { return compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha64) : &alpha32; }
+  const void* beta() const { return compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta64) : &beta32; }
+
+  void one(const void* x_rows, void* out, int64_t count) const {
+    TORCH_CUDABLAS_CHECK(cublasGemmEx(handle, op_w, CUBLAS_OP_N, n, static_cast<int>(count), n,
+                                      alpha(), w, type, n, x_rows, type, n, beta(), out, type, n,
+                                      compute, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // `batch` products of rows_per_block rows; the pointer arrays are on the device.
+  void batched(const void* const* w_array, const void* const* x_array, void* const* out_array,
+               int64_t rows_per_block, int batch) const {
+    TORCH_CUDABLAS_CHECK(cublasGemmBatchedEx(
+        handle, op_w, CUBLAS_OP_N, n, static_cast<int>(rows_per_block), n, alpha(), w_array,
+        type, n, x_array, type, n, beta(), out_array, type, n, batch, compute,
+        CUBLAS_GEMM_DEFAULT));
+  }
+};
+
+PanelGemm make_panel_gemm(const SquareWeight& w, at::ScalarType dtype, int64_t n) {
+  PanelGemm g{};
+  g.handle = at::cuda::getCurrentCUDABlasHandle();  // on the current stream
+  g.op_w = w.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.n = static_cast<int>(n);
+  g.w = w.matrix.const_data_ptr();
+  g.alpha32 = 1.f, g.beta32 = 0.f, g.alpha64 = 1.0, g.beta64 = 0.0;
+  switch (dtype) {
+    case at::kHalf: g.type = CUDA_R_16F, g.compute = CUBLAS_COMPUTE_32F; break;
+    case at::kBFloat16: g.type = CUDA_R_16BF, g.compute = CUBLAS_COMPUTE_32F; break;
+    case at::kFloat:
+      g.type = CUDA_R_32F;
+      g.compute = at::globalContext().allowTF32CuBLAS() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                        : CUBLAS_COMPUTE_32F;
+      break;
+    default: g.type = CUDA_R_64F, g.compute = CUBLAS_COMPUTE_64F; break;
+  }
+  return g;
+}
+
+// Half types accumulate in float32 all the way: split-K partial sums too.
+class NoReducedPrecisionReduction {
+ public:
+  explicit NoReducedPrecisionReduction(cublasHandle_t handle) : handle_(handle) {
+    TORCH_CUDABLAS_CHECK(cublasGetMathMode(handle_, &saved_));
+    TORCH_CUDABLAS_CHECK(cublasSetMathMode(
+        handle_, static_cast<cublasMath_t>(saved_ | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  }
+  ~NoReducedPrecisionReduction() { cublasSetMathMode(handle_, saved_); }
+
+ private:
+  cublasHandle_t handle_;
+  cublasMath_t saved_;
+};
+
 void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
                          const std::optional<at::Tensor>& bias, int64_t rows,
                          int64_t n, const PanelPlan& plan) {
@@ -126,11 +193,9 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
   }
 
   const auto main = at::cuda::getCurrentCUDAStream();
-  const char* x_bytes = static_cast<const char*>(x.const_data_ptr());
-  const int64_t sub_panel_bytes = plan.rows_per_block * row_bytes;
-  const bool aligned = reinterpret_cast<uintptr_t>(x_bytes) % 16 == 0 && sub_panel_bytes % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(w.matrix.const_data_ptr()) % 16 == 0;
-  const PanelGemm gemm(w, x.scalar_type(), n, plan.rows_per_block, blocks, aligned);
+  const PanelGemm gemm = make_panel_gemm(w, x.scalar_type(), n);
+  std::optional<NoReducedPrecisionReduction> fp32_sums;
+  if (x.element_size() == 2) fp32_sums.emplace(gemm.handle);
   // MAKE_INPLACE_PANEL_BATCHED=0 (for comparisons): one GEMM per block.
   const bool batched = blocks > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
 
@@ -144,6 +209,8 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
   void** out_array = nullptr;
   const void** x_array = nullptr;
   int64_t x_run_first = 0, x_run_capacity = 0, x_run_count = 0;
+  const char* x_bytes = static_cast<const char*>(x.const_data_ptr());
+  const int64_t sub_panel_bytes = plan.rows_per_block * row_bytes;
   auto write_x_run = [&](const void** dst, const PanelBlocks& fixed, int fixed_count,
                          int64_t first_sub_panel) {
     const int64_t total = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
@@ -163,7 +230,7 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
     x_array = reinterpret_cast<const void**>(tail + 2 * blocks * sizeof(void*));
     x_run_capacity = capacity - 2 * blocks;
     PanelBlocks fixed{};
-    for (int b = 0; b < blocks; ++b) fixed.ptr[b] = gemm.weight(), fixed.ptr[blocks + b] = block[b];
+    for (int b = 0; b < blocks; ++b) fixed.ptr[b] = gemm.w, fixed.ptr[blocks + b] = block[b];
     write_x_run(w_array, fixed, 2 * blocks, 0);
   }
 
@@ -180,7 +247,7 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
         write_x_run(x_array, PanelBlocks{}, 0, first_sub_panel);
       }
       gemm.batched(w_array, x_array + (first_sub_panel - x_run_first), out_array,
-                   static_cast<int>(full));
+                   plan.rows_per_block, static_cast<int>(full));
     } else {
       for (int64_t b = 0; b < full; ++b) {
         gemm.one(x_bytes + (start + b * plan.rows_per_block) * row_bytes, block[b],
