@@ -172,10 +172,15 @@ def main() -> int:
         torch.cuda.empty_cache()
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 tolerance={str(k).replace("torch.", ""): v for k, v in TOLERANCE.items()})
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    return write_results(args.out, meta, results, failures)
+
+
+def write_results(path: str, meta: dict, results: list, failures: int) -> int:
+    """Writes a sweep's JSON and returns its exit status (1 when anything failed)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
-    print(f"{failures} failures; wrote {args.out}")
+    print(f"{failures} failures; wrote {path}")
     return 1 if failures else 0
 
 

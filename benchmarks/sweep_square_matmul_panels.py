@@ -20,16 +20,15 @@ switches the CUDA binding reads per call:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import statistics
 import sys
 
 import torch
 
 import make_inplace
 from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from sweep_square_matmul_fused import time_ms, write_results  # time_ms: median of `reps` event-timed calls fn(i)
 
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),
           (16384, 1024), (4097, 8192), (20000, 777), (65536, 1030)]
@@ -62,17 +61,6 @@ def check(rows, n, dtype, gen):
     got = x.double()
     rel = ((got - ref).norm() / ref.norm()).item() if bool(torch.isfinite(got).all()) else float("inf")
     return rel, peak
-
-
-def time_ms(fn, reps):
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def main() -> int:
@@ -125,10 +113,7 @@ def main() -> int:
             fresh_cuda_memory()
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
                 commit=os.environ.get("COMMIT", "unknown"))
-    with open(args.out, "w") as f:
-        json.dump(dict(meta=meta, results=results), f, indent=1)
-    print(f"{failures} failures; wrote {args.out}")
-    return 1 if failures else 0
+    return write_results(args.out, meta, results, failures)
 
 
 if __name__ == "__main__":
