@@ -215,7 +215,7 @@ def test_cuda_large(dtype, rows, n, workspace_bytes):
     [
         (262144, 1024, torch.bfloat16, 4 << 20),  # 4 blocks of 510 rows: more sub-panels than one pointer run holds
         (16391, 2048, torch.float16, 6 << 20),  # 6 blocks; the last panel has 4 full blocks and a partial one
-        (65536, 1030, torch.bfloat16, None),  # rows not 16-byte multiples: no cuBLASLt plan, element-wise copy
+        (65536, 1030, torch.bfloat16, None),  # rows not 16-byte multiples: unaligned sub-panels, element-wise copy
         (40000, 1024, torch.float32, None),  # fp32, 8 blocks of 255 rows
     ],
 )
