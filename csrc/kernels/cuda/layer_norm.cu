@@ -13,6 +13,7 @@
 // grad_weight / grad_bias as column sums over row chunks into a float
 // workspace, then a final sum over the chunks.
 #include "make_inplace/kernels/layer_norm.h"
+#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/staged_rows.cuh"
 
@@ -94,6 +95,86 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   }
   if (active && lane == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
+    if (rstd_out != nullptr) rstd_out[row] = rstd;
+  }
+}
+
+// layer_norm_rows_kernel on the fewest instructions (packed_rows.cuh), for
+// 16-byte vectors of a 16-bit type or float with at most 32 elements per
+// thread: each element is converted to float once and kept in registers for
+// the statistics and the write; the same corrected two-pass statistics.
+template <typename T, int NV>
+__global__ void __launch_bounds__(kOnChipMaxThreads)
+    layer_norm_rows_plain_kernel(T* __restrict__ x, const T* __restrict__ w,
+                                 const T* __restrict__ b, int64_t row0, int64_t rows, int n,
+                                 int tpr, float eps, float* __restrict__ mean_out,
+                                 float* __restrict__ rstd_out) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int F = kFloatsPerVector<T>;
+  static_assert(NV * F <= 32, "at most 32 floats of the row per thread");
+  using V = Vec<T, VEC>;
+  __shared__ float scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  T* p = x + (active ? row : 0) * n;
+  const int end = active ? n : 0;
+
+  V buf[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
+  }
+  float v[NV][F];
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      unpack_vector<T>(buf[k], v[k]);
+#pragma unroll
+      for (int e = 0; e < F; ++e) sum += v[k][e];
+    }
+  }
+  const float count = static_cast<float>(n);
+  const float rough_mean = group_reduce(sum, tpr, 0.0f, scratch, SumOp{}) / count;
+  float sq = 0, dev = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+#pragma unroll
+      for (int e = 0; e < F; ++e) {
+        v[k][e] -= rough_mean;  // exact for close operands
+        sq += v[k][e] * v[k][e];
+        dev += v[k][e];
+      }
+    }
+  }
+  const float dev_mean = group_reduce(dev, tpr, 0.0f, scratch, SumOp{}) / count;
+  const float var = group_reduce(sq, tpr, 0.0f, scratch, SumOp{}) / count - dev_mean * dev_mean;
+  const float rstd = rsqrtf(var + eps);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      float wf[F], bf[F];
+      if (w != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(w + col), wf);
+      if (b != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(b + col), bf);
+#pragma unroll
+      for (int e = 0; e < F; ++e) {
+        float y = (v[k][e] - dev_mean) * rstd;
+        if (w != nullptr) y *= wf[e];
+        if (b != nullptr) y += bf[e];
+        v[k][e] = y;
+      }
+      store_vec(p + col, pack_vector<T, V>(v[k]));
+    }
+  }
+  if (active && lane == 0) {
+    if (mean_out != nullptr) mean_out[row] = rough_mean + dev_mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
   }
 }
@@ -403,12 +484,49 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV>
 cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                         acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_kernel<T, VEC, NV>
         <<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr, eps, mean,
                                      rstd);
   });
+}
+
+template <typename T, int NV>
+cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
+                         float eps, float* mean, float* rstd, cudaStream_t stream) {
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    layer_norm_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
+        x, w, b, row0, rows, static_cast<int>(n), tpr, eps, mean, rstd);
+  });
+}
+
+// layer_norm_rows_plain_kernel where it applies (16-byte vectors, not
+// float64, a row on chip); false where it does not, *err set where it does.
+template <typename T>
+bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
+                   acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream, cudaError_t* err) {
+  if constexpr (sizeof(T) == 8) {
+    return false;
+  } else {
+    constexpr int VEC = 16 / sizeof(T);
+    constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
+    int tpr = 0, nv = 0;
+    if (!on_chip_plan(n / VEC, kMaxNv, &tpr, &nv)) return false;
+    switch (nv) {
+      case 1: *err = launch_plain<T, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
+      case 2: *err = launch_plain<T, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
+      case 4: *err = launch_plain<T, 4>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
+      case 8:
+        if constexpr (kMaxNv >= 8) {
+          *err = launch_plain<T, 8>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
+          return true;
+        }
+        break;
+    }
+    return false;
+  }
 }
 
 template <typename T, int VEC>
@@ -431,6 +549,8 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
     if (staged::plan_rows(n, sizeof(T), &plan)) {
       return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
     }
+    cudaError_t err = cudaSuccess;
+    if (forward_plain<T>(x, w, b, rows, n, eps, mean, rstd, stream, &err)) return err;
   }
   int tpr = 0, nv = 0;
   if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), &tpr, &nv)) {
@@ -468,7 +588,7 @@ cudaError_t backward_rows(const T* dy, const T* y, const T* w, const T* b,
                           cudaStream_t stream) {
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, w, b, rstd, row0, rows, n, tpr, dx);

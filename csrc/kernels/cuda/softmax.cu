@@ -17,6 +17,9 @@
 // threads along inner so accesses coalesce, the same online two-pass scheme
 // through the stride: no transpose, no copy.
 // Backward: the same layouts, two passes (dot product, then write).
+#include <cmath>
+
+#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/softmax.h"
 #include "make_inplace/kernels/staged_rows.cuh"
@@ -115,6 +118,66 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
         out.v[e] = from_acc<T>(fast_exp(value(buf[k].v[e], col + e) - m) * inv);
       }
       store_vec(p + col, out);
+    }
+  }
+}
+
+// The common case on the fewest instructions (packed_rows.cuh): no mask, no
+// causal cut, a positive scale, 16-byte vectors of a 16-bit type or float, at
+// most 32 elements per thread. The row max is taken over the raw values (a
+// positive scale keeps the order), each exponential is computed once and kept
+// in registers for the write.
+template <typename T, int NV>
+__global__ void __launch_bounds__(kOnChipMaxThreads)
+    softmax_rows_plain_kernel(T* __restrict__ x, int64_t row0, int64_t rows, int n, int tpr,
+                              float log2e_scale) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int F = kFloatsPerVector<T>;
+  static_assert(NV * F <= 32, "exponentials of at most 32 elements stay in registers");
+  using V = Vec<T, VEC>;
+  __shared__ float scratch[32];
+  const int groups = blockDim.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
+  const bool active = row < rows;
+  T* p = x + (active ? row : 0) * n;
+  const int end = active ? n : 0;
+
+  V buf[NV];
+  VectorMax<T> vmax;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      buf[k] = *reinterpret_cast<const V*>(p + col);
+      vmax.add(buf[k]);
+    }
+  }
+  const float m = group_reduce(vmax.result(), tpr, -std::numeric_limits<float>::infinity(),
+                               scratch, MaxOp{});
+  float ex[NV][F];
+  float s = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      unpack_vector<T>(buf[k], ex[k]);
+#pragma unroll
+      for (int e = 0; e < F; ++e) {
+        ex[k][e] = exp2_approx((ex[k][e] - m) * log2e_scale);
+        s += ex[k][e];
+      }
+    }
+  }
+  s = group_reduce(s, tpr, 0.0f, scratch, SumOp{});
+  const float inv = 1.0f / s;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+#pragma unroll
+      for (int e = 0; e < F; ++e) ex[k][e] *= inv;
+      store_vec(p + col, pack_vector<T, V>(ex[k]));
     }
   }
 }
@@ -340,7 +403,7 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV, bool MASKED>
 cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
                         int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_rows_kernel<T, VEC, NV, MASKED><<<grid, block, 0, stream>>>(
         x, row0, rows, static_cast<int>(n), tpr, scale, causal_rows, mask);
@@ -394,6 +457,45 @@ cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t 
              : forward_rows<T, VEC, false>(x, rows, n, scale, causal_rows, mask, stream);
 }
 
+template <typename T, int NV>
+cudaError_t launch_plain(T* x, int64_t rows, int64_t n, int tpr, float log2e_scale,
+                         cudaStream_t stream) {
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+    softmax_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
+        x, row0, rows, static_cast<int>(n), tpr, log2e_scale);
+  });
+}
+
+// softmax_rows_plain_kernel where it applies (the caller has checked 16-byte
+// vectors); false where it does not, *err set where it does.
+template <typename T>
+bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                   const MaskLayout& mask, cudaStream_t stream, cudaError_t* err) {
+  if constexpr (sizeof(T) == 8) {
+    return false;
+  } else {
+    constexpr int VEC = 16 / sizeof(T);
+    constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
+    if (mask.data != nullptr || causal_rows > 0 || !(scale > 0) || !std::isfinite(scale)) return false;
+    int tpr = 0, nv = 0;
+    if (!on_chip_plan(n / VEC, kMaxNv, &tpr, &nv)) return false;
+    const float log2e_scale = static_cast<float>(1.4426950408889634 * scale);
+    switch (nv) {
+      case 1: *err = launch_plain<T, 1>(x, rows, n, tpr, log2e_scale, stream); return true;
+      case 2: *err = launch_plain<T, 2>(x, rows, n, tpr, log2e_scale, stream); return true;
+      case 4: *err = launch_plain<T, 4>(x, rows, n, tpr, log2e_scale, stream); return true;
+      case 8:
+        if constexpr (kMaxNv >= 8) {
+          *err = launch_plain<T, 8>(x, rows, n, tpr, log2e_scale, stream);
+          return true;
+        }
+        break;
+    }
+    return false;
+  }
+}
+
 template <typename T, int VEC>
 cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                            const staged::Plan& plan, cudaStream_t stream) {
@@ -421,6 +523,8 @@ cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scal
     if (mask.data == nullptr && staged::plan_rows(n, sizeof(T), &plan)) {
       return forward_staged<T, VEC>(x, outer, n, scale, causal_rows, plan, stream);
     }
+    cudaError_t err = cudaSuccess;
+    if (forward_plain<T>(x, outer, n, scale, causal_rows, mask, stream, &err)) return err;
     return forward_rows<T, VEC>(x, outer, n, scale, causal_rows, mask, stream);
   }
   return forward_rows<T, 1>(x, outer, n, scale, causal_rows, mask, stream);
@@ -432,7 +536,7 @@ cudaError_t backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t 
   // About four vectors per thread; up to 512 threads on one row.
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, dx, row0, rows, n, tpr, scale);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -177,16 +178,36 @@ void dispatch(ScalarKind kind, F&& f) {
 constexpr int kOnChipMaxThreads = 512;
 constexpr int kSmallBlock = 128;
 
+// SWEEP ONLY (benchmarks/sweep_rowwise.py): an integer from the environment, read once.
+inline int sweep_setting(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
+}
+inline int small_block() {
+  static const int v = sweep_setting("MAKE_INPLACE_ROWS_SMALL_BLOCK", kSmallBlock);
+  return v;
+}
+inline int vectors_per_thread_target() {
+  static const int v = sweep_setting("MAKE_INPLACE_ROWS_VECS", 8);
+  return v;
+}
+inline int short_vectors_target() {
+  static const int v = sweep_setting("MAKE_INPLACE_ROWS_SHORT_VECS", 1);
+  return v;
+}
+
 // Threads per row (tpr) and vectors per thread (nv, a power of two up to
 // max_nv) for an on-chip kernel holding a row of nvec vectors in registers:
 // short rows get a sub-warp or a warp (several rows per CTA), longer ones a
 // CTA with about 8 vectors in flight per thread. False when the row does not
 // fit (the caller then streams it through global memory).
 inline bool on_chip_plan(int64_t nvec, int max_nv, int* tpr, int* nv) {
-  const int per_thread = max_nv < 8 ? max_nv : 8;
-  if (nvec <= 32) {
-    *tpr = pow2_at_least(nvec);
-    *nv = 1;
+  const int per_thread = max_nv < vectors_per_thread_target() ? max_nv : vectors_per_thread_target();
+  int short_vecs = short_vectors_target();
+  if (short_vecs > per_thread) short_vecs = per_thread;
+  if (nvec <= 32 * short_vecs) {
+    *tpr = pow2_at_least((nvec + short_vecs - 1) / short_vecs);
+    *nv = pow2_at_least((nvec + *tpr - 1) / *tpr);
   } else if (nvec <= 32 * per_thread) {
     *tpr = 32;
     *nv = pow2_at_least((nvec + 31) / 32);
