@@ -234,36 +234,41 @@ __device__ __forceinline__ V softmax_vector(const V& in, Index col, const Value&
 
 template <typename T, int VEC, bool MASKED>
 __global__ void __launch_bounds__(kLongThreads)
-    softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t n, acc_t<T> scale,
-                        int64_t causal_rows, MaskLayout mask) {
+    softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t row_end, int64_t n,
+                        acc_t<T> scale, int64_t causal_rows, MaskLayout mask) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
   __shared__ A scratch[32];
-  const int64_t row = row0 + blockIdx.x;
-  T* p = x + row * n;
-  const auto value = row_value<T, MASKED, int64_t>(row, true, n, scale, causal_rows, mask);
-  const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+  for (int64_t row = row0 + blockIdx.x; row < row_end; row += gridDim.x) {
+    T* p = x + row * n;
+    const auto value = row_value<T, MASKED, int64_t>(row, true, n, scale, causal_rows, mask);
+    const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 
-  A m = neg_inf<T>(), s = 0;
-  // Unrolled so each thread has several independent loads in flight.
+    A m = neg_inf<T>(), s = 0;
+    // Unrolled so each thread has several independent loads in flight.
 #pragma unroll 4
-  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
-    fold_vector(*reinterpret_cast<const V*>(p + col), col, value, m, s);
-  }
-  A row_max, inv;
-  row_max_and_inverse(m, s, scratch, &row_max, &inv);
+    for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
+      fold_vector(*reinterpret_cast<const V*>(p + col), col, value, m, s);
+    }
+    A row_max, inv;
+    row_max_and_inverse(m, s, scratch, &row_max, &inv);
 #pragma unroll 4
-  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
-    V io;
-    if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
-    store_vec(p + col, softmax_vector<T>(io, col, value, row_max, inv));
+    for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
+      V io;
+      if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
+      store_vec(p + col, softmax_vector<T>(io, col, value, row_max, inv));
+    }
   }
 }
 
-// Unmasked rows staged in shared memory (see staged_rows.cuh). Each row: an
-// online max/sum pass over its pieces as they land, then a write pass that
-// reads the slots again and stores straight to global memory.
-template <typename T, int VEC>
+// Unmasked rows staged in shared memory (see staged_rows.cuh). Each row: a
+// statistics pass over its pieces as they land, then a write pass that reads
+// the slots again and stores straight to global memory, handing each slot
+// back as soon as its piece is written. PLAIN (no causal cut, a positive
+// scale, not float64; `scale` then holds log2(e) * scale): a packed max pass
+// and an exponential-sum pass (packed_rows.cuh), about half the instructions
+// of the general online max/sum pass.
+template <typename T, int VEC, bool PLAIN>
 __global__ void __launch_bounds__(staged::kThreads)
     softmax_staged_kernel(T* __restrict__ x, int64_t rows, int64_t n, acc_t<T> scale,
                           int64_t causal_rows, staged::Plan plan) {
@@ -275,32 +280,69 @@ __global__ void __launch_bounds__(staged::kThreads)
   staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
   ring.start();
   const int step = static_cast<int>(blockDim.x) * VEC;
+  const int threads = static_cast<int>(blockDim.x);
   for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
     const int64_t row = blockIdx.x + li * gridDim.x;
     const auto value = row_value<T, false, int64_t>(row, true, n, scale, causal_rows, MaskLayout{});
-    A m = neg_inf<T>(), s = 0;
-    for (int j = 0; j < plan.pieces; ++j) {
-      const T* piece = ring.wait(li, j);
-      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
-      const int count = ring.piece_elems(j);
-      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count && base + c < value.valid; c += step) {
-        fold_vector(*reinterpret_cast<const V*>(piece + c), base + c, value, m, s);
-      }
-    }
     A row_max, inv;
-    row_max_and_inverse(m, s, scratch, &row_max, &inv);
+    if constexpr (PLAIN) {
+      constexpr int F = kFloatsPerVector<T>;
+      VectorMax<T> vmax;
+      for (int j = 0; j < plan.pieces; ++j) {
+        const T* piece = ring.wait(li, j);
+        const int count = ring.piece_elems(j);
+#pragma unroll 4
+        for (int c = threadIdx.x * VEC; c < count; c += step) {
+          vmax.add(*reinterpret_cast<const V*>(piece + c));
+        }
+      }
+      row_max = group_reduce(vmax.result(), threads, neg_inf<T>(), scratch, MaxOp{});
+      A s = 0;
+      for (int j = 0; j < plan.pieces; ++j) {
+        const T* piece = ring.landed(li, j);
+        const int count = ring.piece_elems(j);
+#pragma unroll 4
+        for (int c = threadIdx.x * VEC; c < count; c += step) {
+          float f[F];
+          unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+#pragma unroll
+          for (int e = 0; e < F; ++e) s += exp2_approx((f[e] - row_max) * scale);
+        }
+      }
+      inv = A(1) / group_reduce(s, threads, A(0), scratch, SumOp{});
+    } else {
+      A m = neg_inf<T>(), s = 0;
+      for (int j = 0; j < plan.pieces; ++j) {
+        const T* piece = ring.wait(li, j);
+        const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+        const int count = ring.piece_elems(j);
+        for (int c = threadIdx.x * VEC; c < count && base + c < value.valid; c += step) {
+          fold_vector(*reinterpret_cast<const V*>(piece + c), base + c, value, m, s);
+        }
+      }
+      row_max_and_inverse(m, s, scratch, &row_max, &inv);
+    }
     T* out = x + row * n;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
       const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
       const int count = ring.piece_elems(j);
 #pragma unroll 4
-      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+      for (int c = threadIdx.x * VEC; c < count; c += step) {
         const V in = *reinterpret_cast<const V*>(piece + c);
-        store_vec(out + base + c, softmax_vector<T>(in, base + c, value, row_max, inv));
+        if constexpr (PLAIN) {
+          constexpr int F = kFloatsPerVector<T>;
+          float f[F];
+          unpack_vector<T>(in, f);
+#pragma unroll
+          for (int e = 0; e < F; ++e) f[e] = exp2_approx((f[e] - row_max) * scale) * inv;
+          store_vec(out + base + c, pack_vector<T, V>(f));
+        } else {
+          store_vec(out + base + c, softmax_vector<T>(in, base + c, value, row_max, inv));
+        }
       }
+      ring.release(li, j);
     }
-    ring.release(li);
   }
 #endif
 }
@@ -443,9 +485,14 @@ cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t 
     }
     return cudaErrorInvalidValue;  // on_chip_plan never returns nv above max_nv
   }
+  if (const unsigned grid = long_rows_grid(rows)) {
+    softmax_long_kernel<T, VEC, MASKED>
+        <<<grid, kLongThreads, 0, stream>>>(x, 0, rows, n, scale, causal_rows, mask);
+    return cudaGetLastError();
+  }
   return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
     softmax_long_kernel<T, VEC, MASKED>
-        <<<grid, kLongThreads, 0, stream>>>(x, row0, n, scale, causal_rows, mask);
+        <<<grid, kLongThreads, 0, stream>>>(x, row0, row0 + grid, n, scale, causal_rows, mask);
   });
 }
 
@@ -496,15 +543,27 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
   }
 }
 
-template <typename T, int VEC>
-cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
-                           const staged::Plan& plan, cudaStream_t stream) {
-  const auto kernel = softmax_staged_kernel<T, VEC>;
+template <typename T, int VEC, bool PLAIN>
+cudaError_t launch_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                          const staged::Plan& plan, cudaStream_t stream) {
+  const auto kernel = softmax_staged_kernel<T, VEC, PLAIN>;
   unsigned grid = 0;
   const cudaError_t err = staged::persistent_grid(kernel, plan, rows, &grid);
   if (err != cudaSuccess) return err;
   kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(x, rows, n, scale, causal_rows, plan);
   return cudaGetLastError();
+}
+
+template <typename T, int VEC>
+cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
+                           const staged::Plan& plan, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 8) {
+    if (causal_rows == 0 && scale > 0 && std::isfinite(scale)) {
+      const auto log2e_scale = static_cast<acc_t<T>>(1.4426950408889634 * scale);
+      return launch_staged<T, VEC, true>(x, rows, n, log2e_scale, causal_rows, plan, stream);
+    }
+  }
+  return launch_staged<T, VEC, false>(x, rows, n, scale, causal_rows, plan, stream);
 }
 
 template <typename T>

@@ -191,6 +191,20 @@ inline int vectors_per_thread_target() {
   static const int v = sweep_setting("MAKE_INPLACE_ROWS_VECS", 8);
   return v;
 }
+// CTAs per SM for the two-pass long-row kernels, looping over rows (0: a CTA
+// per row), so that the rows in flight fit in L2 for the second read.
+inline unsigned long_rows_grid(int64_t rows) {
+  static const int per_sm = sweep_setting("MAKE_INPLACE_LONG_CTAS_PER_SM", 0);
+  if (per_sm <= 0) return 0;
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  const int64_t grid = static_cast<int64_t>(sms) * per_sm;
+  return static_cast<unsigned>(rows < grid ? rows : grid);
+}
 inline int short_vectors_target() {
   static const int v = sweep_setting("MAKE_INPLACE_ROWS_SHORT_VECS", 1);
   return v;

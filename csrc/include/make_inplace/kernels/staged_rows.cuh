@@ -16,7 +16,7 @@
 // p = li * pieces + j) that walks the ring: position p lives in slot
 // p % slots and completes phase (p / slots) & 1 of that slot's mbarrier.
 // One thread issues the copies; a slot is refilled only after the
-// __syncthreads that ends the row that used it.
+// __syncthreads that follows the last read of the piece it held.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -201,14 +201,16 @@ class RowRing {
     return static_cast<int>(left < plan_.slot_elems ? left : plan_.slot_elems);
   }
 
-  // Every thread calls this after its last read of row li's pieces: the
-  // slots go to the pieces `slots` positions further on.
-  __device__ void release(int64_t li) {
+  // Every thread calls this after its last read of piece j of row li: the
+  // slot goes to the piece `slots` positions further on. Called piece by
+  // piece during the write pass, so the next row's copies start while the
+  // rest of this row is still being written.
+  __device__ void release(int64_t li, int j) {
     __syncthreads();
     if (threadIdx.x == 0) {
-      // Our reads of the slots (generic proxy) before the copy engine's writes.
+      // Our reads of the slot (generic proxy) before the copy engine's writes.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      for (int j = 0; j < plan_.pieces; ++j) issue(li * plan_.pieces + j + plan_.slots);
+      issue(li * plan_.pieces + j + plan_.slots);
     }
   }
 
