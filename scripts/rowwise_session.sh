@@ -2,7 +2,7 @@
 # Row-wise sweep session on the device machine: the carried library, then
 # benchmarks/sweep_rowwise.py once per setting (SETTINGS, space-separated
 # VAR=value, "default" for none) and ncu over PROFILE cases (optional).
-#   OUT=... PREBUILT=... SETTINGS="default MAKE_INPLACE_ROWS_VECS=2" PROFILE="softmax:bf16:16384x4096" bash scripts/rowwise_session.sh
+#   OUT=... PREBUILT=... SETTINGS="default MAKE_INPLACE_STAGED_SPLIT_KIB=64" PROFILE="softmax:bf16:16384x4096" bash scripts/rowwise_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/make_inplace_out}

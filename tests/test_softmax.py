@@ -60,7 +60,10 @@ def test_widths_match_torch(device, dtype, width):
 # the dtype, a last piece cut short (40008), and more rows than the persistent
 # grid has CTAs, so each CTA walks its ring of slots over several rows; the
 # shorter ones check the register kernels around the threshold.
-STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536]
+# Rows too long for one CTA's ring are split over a cluster of two CTAs that
+# combine their halves' reductions: 65536 (float32), 73744 (halves with a short
+# last piece) and 98304; float64 rows that long stream through global memory.
+STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
 
 
 @CUDA
@@ -71,6 +74,16 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows):
     x = torch.randn(rows, width, device="cuda", dtype=dtype) * 4
     expected = reference(x)
     make_inplace.softmax_(x)
+    assert_close(x, expected, dtype)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(300, 24576), (50, 65536), (7, 98304)])
+def test_cuda_staged_rows_scale(dtype, shape):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    expected = reference(x, -1, 0.3)
+    make_inplace.softmax_(x, -1, scale=0.3)
     assert_close(x, expected, dtype)
 
 

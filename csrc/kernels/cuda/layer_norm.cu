@@ -195,13 +195,23 @@ __global__ void __launch_bounds__(staged::kThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
+  __shared__ staged::PairExchange<A> exchange;
+  int round = 0;
+  // A split row: this CTA stages columns [part_base, part_base + plan.part).
+  const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
+  const int64_t cluster = blockIdx.x / plan.split, clusters = gridDim.x / plan.split;
+  staged::RowRing<T> ring(smem, x + part_base, rows, n, plan, cluster, clusters);
   ring.start();
+  if (plan.split == 2) staged::cluster_sync();  // the peer runs before any remote store
+  // Sums over the whole row: this CTA's, then the pair's when split.
+  const auto row_sum = [&](A v) {
+    v = group_reduce(v, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
+    return plan.split == 2 ? staged::pair_reduce(v, &exchange, &round, SumOp{}) : v;
+  };
   const int step = static_cast<int>(blockDim.x) * VEC;
-  const int tpr = static_cast<int>(blockDim.x);
   const A count_n = static_cast<A>(n);
-  for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
-    const int64_t row = blockIdx.x + li * gridDim.x;
+  for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
+    const int64_t row = cluster + li * clusters;
     A sum = 0;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.wait(li, j);
@@ -213,7 +223,7 @@ __global__ void __launch_bounds__(staged::kThreads)
         for (int e = 0; e < VEC; ++e) sum += to_acc(in.v[e]);
       }
     }
-    const A rough_mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / count_n;
+    const A rough_mean = row_sum(sum) / count_n;
     A sq = 0, dev = 0;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
@@ -229,10 +239,12 @@ __global__ void __launch_bounds__(staged::kThreads)
         }
       }
     }
-    const A dev_mean = group_reduce(dev, tpr, A(0), scratch, SumOp{}) / count_n;
-    const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / count_n - dev_mean * dev_mean;
+    const A dev_mean = row_sum(dev) / count_n;
+    const A var = row_sum(sq) / count_n - dev_mean * dev_mean;
     const A rstd = rsqrt_acc(var + eps);
-    T* out = x + row * n;
+    T* out = x + row * n + part_base;
+    const T* wp = w == nullptr ? nullptr : w + part_base;
+    const T* bp = b == nullptr ? nullptr : b + part_base;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
       const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
@@ -241,8 +253,8 @@ __global__ void __launch_bounds__(staged::kThreads)
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
         const V in = *reinterpret_cast<const V*>(piece + c);
         V wv, bv, o;
-        if (w != nullptr) wv = *reinterpret_cast<const V*>(w + base + c);
-        if (b != nullptr) bv = *reinterpret_cast<const V*>(b + base + c);
+        if (wp != nullptr) wv = *reinterpret_cast<const V*>(wp + base + c);
+        if (bp != nullptr) bv = *reinterpret_cast<const V*>(bp + base + c);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           A v = ((to_acc(in.v[e]) - rough_mean) - dev_mean) * rstd;
@@ -252,13 +264,14 @@ __global__ void __launch_bounds__(staged::kThreads)
         }
         store_vec(out + base + c, o);
       }
-      ring.release(li, j);
+      ring.done_with(li, j);
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && part_base == 0) {
       if (mean_out != nullptr) mean_out[row] = rough_mean + dev_mean;
       if (rstd_out != nullptr) rstd_out[row] = rstd;
     }
   }
+  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
 #endif
 }
 
@@ -300,13 +313,12 @@ __device__ Moments<A> block_moments(Moments<A> v, Moments<A>* scratch) {
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kLongThreads)
     layer_norm_long_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                           int64_t row0, int64_t row_end, int64_t n, acc_t<T> eps,
-                           acc_t<T>* __restrict__ mean_out,
+                           int64_t row0, int64_t n, acc_t<T> eps, acc_t<T>* __restrict__ mean_out,
                            acc_t<T>* __restrict__ rstd_out) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
   __shared__ Moments<A> scratch[32];
-  for (int64_t row = row0 + blockIdx.x; row < row_end; row += gridDim.x) {
+  const int64_t row = row0 + blockIdx.x;
   T* p = x + row * n;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
   Moments<A> mine{0, 0, 0};
@@ -347,7 +359,6 @@ __global__ void __launch_bounds__(kLongThreads)
   if (threadIdx.x == 0) {
     if (mean_out != nullptr) mean_out[row] = mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
-  }
   }
 }
 
@@ -490,7 +501,7 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV>
 cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                         acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_kernel<T, VEC, NV>
         <<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr, eps, mean,
@@ -501,7 +512,7 @@ cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, i
 template <typename T, int NV>
 cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                          float eps, float* mean, float* rstd, cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
         x, w, b, row0, rows, static_cast<int>(n), tpr, 1.0f / static_cast<float>(n), eps, mean,
@@ -520,7 +531,10 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     constexpr int VEC = 16 / sizeof(T);
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
     int tpr = 0, nv = 0;
-    if (!on_chip_plan(n / VEC, kMaxNv, &tpr, &nv)) return false;
+    // Two vectors per thread on short rows: fewer shuffles per element for
+    // its three reductions (H100, 128 columns: bf16 2.50 vs 2.26 TB/s, fp32
+    // 2.87 vs 2.70; 32 columns: bf16 2.82 vs 2.63).
+    if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
     switch (nv) {
       case 1: *err = launch_plain<T, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
       case 2: *err = launch_plain<T, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
@@ -540,12 +554,8 @@ template <typename T, int VEC>
 cudaError_t forward_staged(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
                            acc_t<T>* mean, acc_t<T>* rstd, const staged::Plan& plan,
                            cudaStream_t stream) {
-  const auto kernel = layer_norm_staged_kernel<T, VEC>;
-  unsigned grid = 0;
-  const cudaError_t err = staged::persistent_grid(kernel, plan, rows, &grid);
-  if (err != cudaSuccess) return err;
-  kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(x, w, b, rows, n, eps, mean, rstd, plan);
-  return cudaGetLastError();
+  return staged::launch_persistent(layer_norm_staged_kernel<T, VEC>, plan, rows, stream, x, w, b,
+                                   rows, n, eps, mean, rstd, plan);
 }
 
 template <typename T, int VEC>
@@ -553,14 +563,14 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
                         acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
   if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
     staged::Plan plan;
-    if (staged::plan_rows(n, sizeof(T), &plan)) {
+    if (staged::plan_rows(n, sizeof(T), /*allow_split=*/true, &plan)) {
       return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
     }
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, w, b, rows, n, eps, mean, rstd, stream, &err)) return err;
   }
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1, &tpr, &nv)) {
     switch (nv) {
       case 1: return launch_rows<T, VEC, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
       case 2: return launch_rows<T, VEC, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
@@ -574,14 +584,9 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
     }
     return cudaErrorInvalidValue;  // on_chip_plan never returns nv above the maximum
   }
-  if (const unsigned grid = long_rows_grid(rows)) {
-    layer_norm_long_kernel<T, VEC>
-        <<<grid, kLongThreads, 0, stream>>>(x, w, b, 0, rows, n, eps, mean, rstd);
-    return cudaGetLastError();
-  }
   return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
     layer_norm_long_kernel<T, VEC>
-        <<<grid, kLongThreads, 0, stream>>>(x, w, b, row0, row0 + grid, n, eps, mean, rstd);
+        <<<grid, kLongThreads, 0, stream>>>(x, w, b, row0, n, eps, mean, rstd);
   });
 }
 
@@ -600,7 +605,7 @@ cudaError_t backward_rows(const T* dy, const T* y, const T* w, const T* b,
                           cudaStream_t stream) {
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, w, b, rstd, row0, rows, n, tpr, dx);

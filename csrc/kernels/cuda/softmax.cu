@@ -234,30 +234,29 @@ __device__ __forceinline__ V softmax_vector(const V& in, Index col, const Value&
 
 template <typename T, int VEC, bool MASKED>
 __global__ void __launch_bounds__(kLongThreads)
-    softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t row_end, int64_t n,
-                        acc_t<T> scale, int64_t causal_rows, MaskLayout mask) {
+    softmax_long_kernel(T* __restrict__ x, int64_t row0, int64_t n, acc_t<T> scale,
+                        int64_t causal_rows, MaskLayout mask) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
   __shared__ A scratch[32];
-  for (int64_t row = row0 + blockIdx.x; row < row_end; row += gridDim.x) {
-    T* p = x + row * n;
-    const auto value = row_value<T, MASKED, int64_t>(row, true, n, scale, causal_rows, mask);
-    const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
+  const int64_t row = row0 + blockIdx.x;
+  T* p = x + row * n;
+  const auto value = row_value<T, MASKED, int64_t>(row, true, n, scale, causal_rows, mask);
+  const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
 
-    A m = neg_inf<T>(), s = 0;
-    // Unrolled so each thread has several independent loads in flight.
+  A m = neg_inf<T>(), s = 0;
+  // Unrolled so each thread has several independent loads in flight.
 #pragma unroll 4
-    for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
-      fold_vector(*reinterpret_cast<const V*>(p + col), col, value, m, s);
-    }
-    A row_max, inv;
-    row_max_and_inverse(m, s, scratch, &row_max, &inv);
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < value.valid; col += step) {
+    fold_vector(*reinterpret_cast<const V*>(p + col), col, value, m, s);
+  }
+  A row_max, inv;
+  row_max_and_inverse(m, s, scratch, &row_max, &inv);
 #pragma unroll 4
-    for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
-      V io;
-      if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
-      store_vec(p + col, softmax_vector<T>(io, col, value, row_max, inv));
-    }
+  for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
+    V io;
+    if (col < value.valid) io = *reinterpret_cast<const V*>(p + col);
+    store_vec(p + col, softmax_vector<T>(io, col, value, row_max, inv));
   }
 }
 
@@ -277,12 +276,18 @@ __global__ void __launch_bounds__(staged::kThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
+  __shared__ staged::PairExchange<A> exchange;
+  int round = 0;
+  // A split row: this CTA stages columns [part_base, part_base + plan.part).
+  const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
+  const int64_t cluster = blockIdx.x / plan.split, clusters = gridDim.x / plan.split;
+  staged::RowRing<T> ring(smem, x + part_base, rows, n, plan, cluster, clusters);
   ring.start();
+  if (plan.split == 2) staged::cluster_sync();  // the peer runs before any remote store
   const int step = static_cast<int>(blockDim.x) * VEC;
   const int threads = static_cast<int>(blockDim.x);
-  for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
-    const int64_t row = blockIdx.x + li * gridDim.x;
+  for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
+    const int64_t row = cluster + li * clusters;
     const auto value = row_value<T, false, int64_t>(row, true, n, scale, causal_rows, MaskLayout{});
     A row_max, inv;
     if constexpr (PLAIN) {
@@ -297,6 +302,7 @@ __global__ void __launch_bounds__(staged::kThreads)
         }
       }
       row_max = group_reduce(vmax.result(), threads, neg_inf<T>(), scratch, MaxOp{});
+      if (plan.split == 2) row_max = staged::pair_reduce(row_max, &exchange, &round, MaxOp{});
       A s = 0;
       for (int j = 0; j < plan.pieces; ++j) {
         const T* piece = ring.landed(li, j);
@@ -309,8 +315,10 @@ __global__ void __launch_bounds__(staged::kThreads)
           for (int e = 0; e < F; ++e) s += exp2_approx((f[e] - row_max) * scale);
         }
       }
-      inv = A(1) / group_reduce(s, threads, A(0), scratch, SumOp{});
-    } else {
+      s = group_reduce(s, threads, A(0), scratch, SumOp{});
+      if (plan.split == 2) s = staged::pair_reduce(s, &exchange, &round, SumOp{});
+      inv = A(1) / s;
+    } else {  // never split (plan_rows without allow_split)
       A m = neg_inf<T>(), s = 0;
       for (int j = 0; j < plan.pieces; ++j) {
         const T* piece = ring.wait(li, j);
@@ -322,7 +330,7 @@ __global__ void __launch_bounds__(staged::kThreads)
       }
       row_max_and_inverse(m, s, scratch, &row_max, &inv);
     }
-    T* out = x + row * n;
+    T* out = x + row * n + part_base;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
       const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
@@ -341,9 +349,10 @@ __global__ void __launch_bounds__(staged::kThreads)
           store_vec(out + base + c, softmax_vector<T>(in, base + c, value, row_max, inv));
         }
       }
-      ring.release(li, j);
+      ring.done_with(li, j);
     }
   }
+  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
 #endif
 }
 
@@ -445,7 +454,7 @@ cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
 template <typename T, int VEC, int NV, bool MASKED>
 cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
                         int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_rows_kernel<T, VEC, NV, MASKED><<<grid, block, 0, stream>>>(
         x, row0, rows, static_cast<int>(n), tpr, scale, causal_rows, mask);
@@ -463,7 +472,7 @@ template <typename T, int VEC, bool MASKED>
 cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                          const MaskLayout& mask, cudaStream_t stream) {
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, max_nv<T, MASKED>(), &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_nv<T, MASKED>(), 1, &tpr, &nv)) {
     switch (nv) {
       case 1:
         return launch_rows<T, VEC, 1, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
@@ -485,14 +494,9 @@ cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t 
     }
     return cudaErrorInvalidValue;  // on_chip_plan never returns nv above max_nv
   }
-  if (const unsigned grid = long_rows_grid(rows)) {
-    softmax_long_kernel<T, VEC, MASKED>
-        <<<grid, kLongThreads, 0, stream>>>(x, 0, rows, n, scale, causal_rows, mask);
-    return cudaGetLastError();
-  }
   return launch_chunks(rows, 1, [&](int64_t row0, unsigned grid) {
     softmax_long_kernel<T, VEC, MASKED>
-        <<<grid, kLongThreads, 0, stream>>>(x, row0, row0 + grid, n, scale, causal_rows, mask);
+        <<<grid, kLongThreads, 0, stream>>>(x, row0, n, scale, causal_rows, mask);
   });
 }
 
@@ -504,10 +508,17 @@ cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t 
              : forward_rows<T, VEC, false>(x, rows, n, scale, causal_rows, mask, stream);
 }
 
+// The fast paths' case: no causal cut, a positive finite scale, not float64
+// (the caller checks the mask).
+template <typename T>
+bool plain_softmax(int64_t causal_rows, acc_t<T> scale) {
+  return sizeof(T) != 8 && causal_rows == 0 && scale > 0 && std::isfinite(scale);
+}
+
 template <typename T, int NV>
 cudaError_t launch_plain(T* x, int64_t rows, int64_t n, int tpr, float log2e_scale,
                          cudaStream_t stream) {
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
         x, row0, rows, static_cast<int>(n), tpr, log2e_scale);
@@ -524,9 +535,9 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
   } else {
     constexpr int VEC = 16 / sizeof(T);
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
-    if (mask.data != nullptr || causal_rows > 0 || !(scale > 0) || !std::isfinite(scale)) return false;
+    if (mask.data != nullptr || !plain_softmax<T>(causal_rows, scale)) return false;
     int tpr = 0, nv = 0;
-    if (!on_chip_plan(n / VEC, kMaxNv, &tpr, &nv)) return false;
+    if (!on_chip_plan(n / VEC, kMaxNv, 1, &tpr, &nv)) return false;
     const float log2e_scale = static_cast<float>(1.4426950408889634 * scale);
     switch (nv) {
       case 1: *err = launch_plain<T, 1>(x, rows, n, tpr, log2e_scale, stream); return true;
@@ -546,19 +557,15 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
 template <typename T, int VEC, bool PLAIN>
 cudaError_t launch_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                           const staged::Plan& plan, cudaStream_t stream) {
-  const auto kernel = softmax_staged_kernel<T, VEC, PLAIN>;
-  unsigned grid = 0;
-  const cudaError_t err = staged::persistent_grid(kernel, plan, rows, &grid);
-  if (err != cudaSuccess) return err;
-  kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(x, rows, n, scale, causal_rows, plan);
-  return cudaGetLastError();
+  return staged::launch_persistent(softmax_staged_kernel<T, VEC, PLAIN>, plan, rows, stream, x,
+                                   rows, n, scale, causal_rows, plan);
 }
 
 template <typename T, int VEC>
 cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                            const staged::Plan& plan, cudaStream_t stream) {
   if constexpr (sizeof(T) != 8) {
-    if (causal_rows == 0 && scale > 0 && std::isfinite(scale)) {
+    if (plain_softmax<T>(causal_rows, scale)) {
       const auto log2e_scale = static_cast<acc_t<T>>(1.4426950408889634 * scale);
       return launch_staged<T, VEC, true>(x, rows, n, log2e_scale, causal_rows, plan, stream);
     }
@@ -578,12 +585,16 @@ cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scal
   }
   constexpr int VEC = 16 / sizeof(T);
   if (n % VEC == 0 && aligned16(x)) {
-    staged::Plan plan;
-    if (mask.data == nullptr && staged::plan_rows(n, sizeof(T), &plan)) {
-      return forward_staged<T, VEC>(x, outer, n, scale, causal_rows, plan, stream);
-    }
+    // The register kernel first: on an H100 it beat the staged kernel on the
+    // rows both can hold (bf16 (4096, 16384): 2.87 vs 2.44 TB/s; fp32
+    // (4096, 16384): 2.92 vs 2.66).
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, outer, n, scale, causal_rows, mask, stream, &err)) return err;
+    staged::Plan plan;
+    if (mask.data == nullptr &&
+        staged::plan_rows(n, sizeof(T), plain_softmax<T>(causal_rows, scale), &plan)) {
+      return forward_staged<T, VEC>(x, outer, n, scale, causal_rows, plan, stream);
+    }
     return forward_rows<T, VEC>(x, outer, n, scale, causal_rows, mask, stream);
   }
   return forward_rows<T, 1>(x, outer, n, scale, causal_rows, mask, stream);
@@ -595,7 +606,7 @@ cudaError_t backward_rows(const T* dy, const T* y, T* dx, int64_t rows, int64_t 
   // About four vectors per thread; up to 512 threads on one row.
   const int64_t nvec = (n + VEC - 1) / VEC;
   const int tpr = std::min(512, pow2_at_least((nvec + 3) / 4));
-  const int block = tpr > 32 ? tpr : small_block();  // above a warp: one row per CTA
+  const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     softmax_backward_rows_kernel<T, VEC>
         <<<grid, block, 0, stream>>>(dy, y, dx, row0, rows, n, tpr, scale);

@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
@@ -178,46 +177,14 @@ void dispatch(ScalarKind kind, F&& f) {
 constexpr int kOnChipMaxThreads = 512;
 constexpr int kSmallBlock = 128;
 
-// SWEEP ONLY (benchmarks/sweep_rowwise.py): an integer from the environment, read once.
-inline int sweep_setting(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
-}
-inline int small_block() {
-  static const int v = sweep_setting("MAKE_INPLACE_ROWS_SMALL_BLOCK", kSmallBlock);
-  return v;
-}
-inline int vectors_per_thread_target() {
-  static const int v = sweep_setting("MAKE_INPLACE_ROWS_VECS", 8);
-  return v;
-}
-// CTAs per SM for the two-pass long-row kernels, looping over rows (0: a CTA
-// per row), so that the rows in flight fit in L2 for the second read.
-inline unsigned long_rows_grid(int64_t rows) {
-  static const int per_sm = sweep_setting("MAKE_INPLACE_LONG_CTAS_PER_SM", 0);
-  if (per_sm <= 0) return 0;
-  static const int sms = [] {
-    int device = 0, count = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    return count;
-  }();
-  const int64_t grid = static_cast<int64_t>(sms) * per_sm;
-  return static_cast<unsigned>(rows < grid ? rows : grid);
-}
-inline int short_vectors_target() {
-  static const int v = sweep_setting("MAKE_INPLACE_ROWS_SHORT_VECS", 1);
-  return v;
-}
-
 // Threads per row (tpr) and vectors per thread (nv, a power of two up to
 // max_nv) for an on-chip kernel holding a row of nvec vectors in registers:
-// short rows get a sub-warp or a warp (several rows per CTA), longer ones a
-// CTA with about 8 vectors in flight per thread. False when the row does not
-// fit (the caller then streams it through global memory).
-inline bool on_chip_plan(int64_t nvec, int max_nv, int* tpr, int* nv) {
-  const int per_thread = max_nv < vectors_per_thread_target() ? max_nv : vectors_per_thread_target();
-  int short_vecs = short_vectors_target();
+// short rows get a sub-warp or a warp (several rows per CTA) with about
+// `short_vecs` vectors per thread, longer ones a CTA with about 8 vectors in
+// flight per thread. False when the row does not fit (the caller then
+// streams it through global memory).
+inline bool on_chip_plan(int64_t nvec, int max_nv, int short_vecs, int* tpr, int* nv) {
+  const int per_thread = max_nv < 8 ? max_nv : 8;
   if (short_vecs > per_thread) short_vecs = per_thread;
   if (nvec <= 32 * short_vecs) {
     *tpr = pow2_at_least((nvec + short_vecs - 1) / short_vecs);

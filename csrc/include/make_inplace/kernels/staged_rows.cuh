@@ -17,12 +17,19 @@
 // p % slots and completes phase (p / slots) & 1 of that slot's mbarrier.
 // One thread issues the copies; a slot is refilled only after the
 // __syncthreads that follows the last read of the piece it held.
+//
+// Rows too long for one CTA's ring (and, for the fast paths, long rows in
+// general) are split over a cluster of two CTAs: each stages its half of the
+// row, and the row's reductions are combined through distributed shared
+// memory (pair_reduce), one cluster barrier per reduction.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "make_inplace/kernels/rowwise_cuda.cuh"
@@ -51,18 +58,51 @@ constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 ma
 constexpr int kMaxDevices = 64;
 
 struct Plan {
+  int split = 1;       // CTAs (a cluster) per row: 1 or 2
+  int64_t part = 0;    // elements of the row each CTA stages
   int slot_elems = 0;  // elements per slot
-  int pieces = 0;      // slots one row needs
+  int pieces = 0;      // slots one part needs
   int slots = 0;       // ring length
   int threads = 0;
   int smem_bytes = 0;
+  bool early_release = true;  // SWEEP ONLY: hand slots back piece by piece
 };
 
+// Rows of at least this many bytes are split over two CTAs where the kernel
+// can combine the halves (allow_split).
+inline int64_t split_row_bytes() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("MAKE_INPLACE_STAGED_SPLIT_KIB");  // SWEEP ONLY
+    return e != nullptr && e[0] != '\0' ? std::atoll(e) * 1024 : int64_t{1} << 40;
+  }();
+  return v;
+}
+
+// A ring for parts of `part_bytes`, or false when it does not fit.
+inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
+  const int64_t slot_bytes = part_bytes < kSlotBytes ? part_bytes : kSlotBytes;
+  const int64_t pieces = (part_bytes + slot_bytes - 1) / slot_bytes;
+  // Two parts' worth of slots while that stays within 64 KiB (several CTAs
+  // per SM then overlap as well), else a part and a half. Deeper rings (two
+  // rows ahead) measured no faster.
+  int64_t slots = 2 * pieces;
+  if (slots * slot_bytes > 64 * 1024) slots = pieces + (pieces + 1) / 2;
+  if (slots * slot_bytes > kMaxRingBytes) slots = kMaxRingBytes / slot_bytes;
+  if (slots < pieces + 1 || slots > kBarrierBytes / 8) return false;
+  plan->slot_elems = static_cast<int>(slot_bytes / elem);
+  plan->pieces = static_cast<int>(pieces);
+  plan->slots = static_cast<int>(slots);
+  plan->threads = kThreads;
+  plan->smem_bytes = static_cast<int>(kBarrierBytes + slots * slot_bytes);
+  return true;
+}
+
 // A plan for rows of n elements of `elem` bytes, or false when staging does
-// not apply: rows too short, rows too long for the ring, a GPU older than
-// sm_90, or MAKE_INPLACE_STAGED_ROWS=0. The caller has checked that x (and
-// every vector it reads beside it) is 16-byte aligned.
-inline bool plan_rows(int64_t n, int elem, Plan* plan) {
+// not apply: rows too short, rows too long for the ring (or for two rings,
+// where allow_split), a GPU older than sm_90, or MAKE_INPLACE_STAGED_ROWS=0.
+// The caller has checked that x (and every vector it reads beside it) is
+// 16-byte aligned.
+inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
   const int64_t row_bytes = n * elem;
   if (row_bytes % 16 != 0 || row_bytes < kMinRowBytes) return false;
   static const bool disabled = [] {
@@ -82,28 +122,33 @@ inline bool plan_rows(int64_t n, int elem, Plan* plan) {
     majors[device].store(major, std::memory_order_relaxed);
   }
   if (major < 9) return false;
-  const int64_t slot_bytes = row_bytes < kSlotBytes ? row_bytes : kSlotBytes;
-  const int64_t pieces = (row_bytes + slot_bytes - 1) / slot_bytes;
-  // Two rows' worth of slots while that stays within 64 KiB (several CTAs
-  // per SM then overlap as well), else a row and a half. Deeper rings (two
-  // rows ahead) measured no faster.
-  int64_t slots = 2 * pieces;
-  if (slots * slot_bytes > 64 * 1024) slots = pieces + (pieces + 1) / 2;
-  if (slots * slot_bytes > kMaxRingBytes) slots = kMaxRingBytes / slot_bytes;
-  if (slots < pieces + 1 || slots > kBarrierBytes / 8) return false;
-  plan->slot_elems = static_cast<int>(slot_bytes / elem);
-  plan->pieces = static_cast<int>(pieces);
-  plan->slots = static_cast<int>(slots);
-  plan->threads = kThreads;
-  plan->smem_bytes = static_cast<int>(kBarrierBytes + slots * slot_bytes);
+  static const bool early = [] {
+    const char* v = std::getenv("MAKE_INPLACE_STAGED_EARLY_RELEASE");  // SWEEP ONLY
+    return v == nullptr || v[0] != '0';
+  }();
+  plan->early_release = early;
+  // Halves must start 16-byte aligned.
+  const bool can_split = allow_split && row_bytes % 32 == 0;
+  if (can_split && row_bytes >= split_row_bytes() && plan_part(row_bytes / 2, elem, plan)) {
+    plan->split = 2;
+  } else if (plan_part(row_bytes, elem, plan)) {
+    plan->split = 1;
+  } else if (can_split && plan_part(row_bytes / 2, elem, plan)) {
+    plan->split = 2;
+  } else {
+    return false;
+  }
+  plan->part = n / plan->split;
   return true;
 }
 
-// Persistent grid: as many CTAs as fit on the GPU at once, at most one per row.
-// The shared-memory opt-in and the occupancy query run once per kernel,
-// device and plan shape, not on every launch.
-template <typename Kernel>
-cudaError_t persistent_grid(Kernel kernel, const Plan& plan, int64_t rows, unsigned* grid) {
+// Launches a persistent staged kernel: as many CTAs as fit on the GPU at
+// once (whole clusters of plan.split), at most plan.split per row. The
+// shared-memory opt-in and the occupancy query run once per kernel, device
+// and plan shape, not on every launch.
+template <typename... Params, typename... Args>
+cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64_t rows,
+                              cudaStream_t stream, Args&&... args) {
   struct Fit {
     const void* kernel;
     int device, smem_bytes, threads;
@@ -139,8 +184,20 @@ cudaError_t persistent_grid(Kernel kernel, const Plan& plan, int64_t rows, unsig
     const std::lock_guard<std::mutex> lock(mutex);
     known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
   }
-  *grid = static_cast<unsigned>(rows < ctas ? rows : ctas);
-  return cudaSuccess;
+  const int64_t clusters = std::min<int64_t>(rows, ctas / plan.split);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * plan.split));
+  config.blockDim = dim3(plan.threads);
+  config.dynamicSmemBytes = plan.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = plan.split;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 #ifdef MAKE_INPLACE_STAGED_ROWS
@@ -149,15 +206,68 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of both CTAs: what each wrote to shared memory (local or the
+// peer's) before it is visible to the other after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Where a split row's reductions meet: two rounds of two slots (one per
+// CTA), alternating, so a round's slots are written again only after the
+// next round's barrier, which the peer passes after reading them.
+template <typename A>
+struct PairExchange {
+  A slots[2][2];
+  int round;
+};
+
+// Combines a CTA-wide value (every thread holds it) with the peer CTA's in
+// a 2-CTA cluster; both CTAs get op(value of rank 0, value of rank 1).
+template <typename A, typename Op>
+__device__ __forceinline__ A pair_reduce(A v, PairExchange<A>* ex, int* round, Op op) {
+  A* slot = ex->slots[*round & 1];
+  *round += 1;
+  if (threadIdx.x == 0) {
+    const unsigned me = cluster_rank();
+    slot[me] = v;
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"(shared_address(slot + me)), "r"(me ^ 1u));
+    if constexpr (sizeof(A) == 8) {
+      asm volatile("st.shared::cluster.b64 [%0], %1;" ::"r"(remote),
+                   "l"(__double_as_longlong(static_cast<double>(v)))
+                   : "memory");
+    } else {
+      asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote),
+                   "r"(__float_as_uint(static_cast<float>(v)))
+                   : "memory");
+    }
+  }
+  cluster_sync();
+  return op(slot[0], slot[1]);
+}
+
 // The ring of one CTA over rows first_row, first_row + row_step, ... of x.
 template <typename T>
 class RowRing {
  public:
-  __device__ RowRing(unsigned char* smem, const T* x, int64_t rows, int64_t n, const Plan& plan,
-                     int64_t first_row, int64_t row_step)
+  // x points at this CTA's part of row 0; rows are `stride` elements apart,
+  // parts plan.part elements long.
+  __device__ RowRing(unsigned char* smem, const T* x, int64_t rows, int64_t stride,
+                     const Plan& plan, int64_t first_row, int64_t row_step)
       : bars_(reinterpret_cast<uint64_t*>(smem)),
         data_(reinterpret_cast<T*>(smem + kBarrierBytes)),
-        x_(x), rows_(rows), n_(n), plan_(plan), first_row_(first_row), row_step_(row_step) {}
+        x_(x), rows_(rows), n_(plan.part), stride_(stride), plan_(plan), first_row_(first_row),
+        row_step_(row_step) {}
 
   // Every thread calls this once; thread 0 sets up the barriers and fills the ring.
   __device__ void start() {
@@ -195,7 +305,7 @@ class RowRing {
     return data_ + (p % plan_.slots) * static_cast<int64_t>(plan_.slot_elems);
   }
 
-  // Elements in piece j of a row.
+  // Elements in piece j of a part.
   __device__ int piece_elems(int j) const {
     const int64_t left = n_ - static_cast<int64_t>(j) * plan_.slot_elems;
     return static_cast<int>(left < plan_.slot_elems ? left : plan_.slot_elems);
@@ -214,6 +324,20 @@ class RowRing {
     }
   }
 
+  // Hands piece j of row li back (release) when the plan says piece by
+  // piece, else all of row li's pieces after its last one.
+  __device__ void done_with(int64_t li, int j) {
+    if (plan_.early_release) {
+      release(li, j);
+    } else if (j == plan_.pieces - 1) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        for (int k = 0; k < plan_.pieces; ++k) issue(li * plan_.pieces + k + plan_.slots);
+      }
+    }
+  }
+
  private:
   __device__ void issue(int64_t p) const {
     const int64_t li = p / plan_.pieces;
@@ -222,7 +346,7 @@ class RowRing {
     if (row >= rows_) return;
     const uint32_t bytes = static_cast<uint32_t>(piece_elems(j) * sizeof(T));
     const uint32_t bar = shared_address(bars_ + p % plan_.slots);
-    const T* src = x_ + row * n_ + static_cast<int64_t>(j) * plan_.slot_elems;
+    const T* src = x_ + row * stride_ + static_cast<int64_t>(j) * plan_.slot_elems;
     T* dst = data_ + (p % plan_.slots) * static_cast<int64_t>(plan_.slot_elems);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
@@ -236,7 +360,7 @@ class RowRing {
   uint64_t* bars_;
   T* data_;
   const T* x_;
-  int64_t rows_, n_;
+  int64_t rows_, n_, stride_;
   Plan plan_;
   int64_t first_row_, row_step_;
 };
