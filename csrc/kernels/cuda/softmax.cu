@@ -349,8 +349,8 @@ __global__ void __launch_bounds__(staged::kThreads)
           store_vec(out + base + c, softmax_vector<T>(in, base + c, value, row_max, inv));
         }
       }
-      ring.done_with(li, j);
     }
+    ring.release(li);
   }
   if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
 #endif

@@ -16,12 +16,12 @@
 // p = li * pieces + j) that walks the ring: position p lives in slot
 // p % slots and completes phase (p / slots) & 1 of that slot's mbarrier.
 // One thread issues the copies; a slot is refilled only after the
-// __syncthreads that follows the last read of the piece it held.
+// __syncthreads that ends the row that used it.
 //
-// Rows too long for one CTA's ring (and, for the fast paths, long rows in
-// general) are split over a cluster of two CTAs: each stages its half of the
-// row, and the row's reductions are combined through distributed shared
-// memory (pair_reduce), one cluster barrier per reduction.
+// Rows too long for one CTA's ring are split over a cluster of two CTAs
+// where the kernel allows: each stages its half of the row, and the row's
+// reductions are combined through distributed shared memory (pair_reduce),
+// one cluster barrier per reduction.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,10 +48,16 @@ namespace make_inplace::kernels::staged {
 // softmax at 16384 columns only (2050) and worse elsewhere.
 constexpr int kThreads = 512;
 constexpr int kSlotBytes = 32 * 1024;
+// Layer norm's staged kernel takes 1024 threads on rows of 4 or more pieces:
+// on an H100, bf16/fp16 (1024, 65536) 1.93/1.98 TB/s against 1.68/1.71 with
+// 512, but 1.63/1.69 against 2.32/2.41 on (4096, 16384).
+constexpr int kMaxThreads = 1024;
 // Shorter rows stay with the register kernels, which were faster on an H100
 // up to 16 KiB rows (8 KiB bf16: 1.98 vs 1.51-1.61 TB/s; 16 KiB fp32: 2.49 vs
 // 2.36); from 32 KiB the staged kernels win (bf16 32 KiB: 1.75-1.80 vs 1.60,
 // fp32 64 KiB: 2.45-2.53 vs 1.88, bf16 128 KiB: 1.69-1.73 vs 1.32 TB/s).
+// (Softmax's register fast path, which came later, is tried before staging
+// and holds rows of up to 16384 elements; see softmax.cu.)
 constexpr int kMinRowBytes = 32 * 1024;
 constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
 constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
@@ -65,18 +71,7 @@ struct Plan {
   int slots = 0;       // ring length
   int threads = 0;
   int smem_bytes = 0;
-  bool early_release = true;  // SWEEP ONLY: hand slots back piece by piece
 };
-
-// Rows of at least this many bytes are split over two CTAs where the kernel
-// can combine the halves (allow_split).
-inline int64_t split_row_bytes() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("MAKE_INPLACE_STAGED_SPLIT_KIB");  // SWEEP ONLY
-    return e != nullptr && e[0] != '\0' ? std::atoll(e) * 1024 : int64_t{1} << 40;
-  }();
-  return v;
-}
 
 // A ring for parts of `part_bytes`, or false when it does not fit.
 inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
@@ -98,8 +93,9 @@ inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
 }
 
 // A plan for rows of n elements of `elem` bytes, or false when staging does
-// not apply: rows too short, rows too long for the ring (or for two rings,
-// where allow_split), a GPU older than sm_90, or MAKE_INPLACE_STAGED_ROWS=0.
+// not apply: rows too short, rows too long for the ring (or, where the
+// kernel can combine halves (allow_split), for two rings), a GPU older than
+// sm_90, or MAKE_INPLACE_STAGED_ROWS=0.
 // The caller has checked that x (and every vector it reads beside it) is
 // 16-byte aligned.
 inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
@@ -122,18 +118,10 @@ inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
     majors[device].store(major, std::memory_order_relaxed);
   }
   if (major < 9) return false;
-  static const bool early = [] {
-    const char* v = std::getenv("MAKE_INPLACE_STAGED_EARLY_RELEASE");  // SWEEP ONLY
-    return v == nullptr || v[0] != '0';
-  }();
-  plan->early_release = early;
-  // Halves must start 16-byte aligned.
-  const bool can_split = allow_split && row_bytes % 32 == 0;
-  if (can_split && row_bytes >= split_row_bytes() && plan_part(row_bytes / 2, elem, plan)) {
-    plan->split = 2;
-  } else if (plan_part(row_bytes, elem, plan)) {
+  // A row split in halves must start each half 16-byte aligned.
+  if (plan_part(row_bytes, elem, plan)) {
     plan->split = 1;
-  } else if (can_split && plan_part(row_bytes / 2, elem, plan)) {
+  } else if (allow_split && row_bytes % 32 == 0 && plan_part(row_bytes / 2, elem, plan)) {
     plan->split = 2;
   } else {
     return false;
@@ -185,6 +173,11 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
     known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
   }
   const int64_t clusters = std::min<int64_t>(rows, ctas / plan.split);
+  if (plan.split == 1) {
+    kernel<<<static_cast<unsigned>(clusters), plan.threads, plan.smem_bytes, stream>>>(
+        std::forward<Args>(args)...);
+    return cudaGetLastError();
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(clusters * plan.split));
   config.blockDim = dim3(plan.threads);
@@ -311,30 +304,16 @@ class RowRing {
     return static_cast<int>(left < plan_.slot_elems ? left : plan_.slot_elems);
   }
 
-  // Every thread calls this after its last read of piece j of row li: the
-  // slot goes to the piece `slots` positions further on. Called piece by
-  // piece during the write pass, so the next row's copies start while the
-  // rest of this row is still being written.
-  __device__ void release(int64_t li, int j) {
+  // Every thread calls this after its last read of row li's pieces: the
+  // slots go to the pieces `slots` positions further on. (Handing slots back
+  // piece by piece during the write pass measured no faster for softmax and
+  // 15% slower for layer norm at 65536 bf16 columns on an H100.)
+  __device__ void release(int64_t li) {
     __syncthreads();
     if (threadIdx.x == 0) {
-      // Our reads of the slot (generic proxy) before the copy engine's writes.
+      // Our reads of the slots (generic proxy) before the copy engine's writes.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      issue(li * plan_.pieces + j + plan_.slots);
-    }
-  }
-
-  // Hands piece j of row li back (release) when the plan says piece by
-  // piece, else all of row li's pieces after its last one.
-  __device__ void done_with(int64_t li, int j) {
-    if (plan_.early_release) {
-      release(li, j);
-    } else if (j == plan_.pieces - 1) {
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        for (int k = 0; k < plan_.pieces; ++k) issue(li * plan_.pieces + k + plan_.slots);
-      }
+      for (int j = 0; j < plan_.pieces; ++j) issue(li * plan_.pieces + j + plan_.slots);
     }
   }
 
