@@ -242,7 +242,6 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
     const A dev_mean = row_sum(dev) / count_n;
     const A var = row_sum(sq) / count_n - dev_mean * dev_mean;
     const A rstd = rsqrt_acc(var + eps);
-    const A shift = -(rough_mean + dev_mean) * rstd;
     T* out = x + row * n + part_base;
     const T* wp = w == nullptr ? nullptr : w + part_base;
     const T* bp = b == nullptr ? nullptr : b + part_base;
@@ -253,36 +252,17 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
 #pragma unroll 4
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
         const V in = *reinterpret_cast<const V*>(piece + c);
-        V wv, bv;
+        V wv, bv, o;
         if (wp != nullptr) wv = *reinterpret_cast<const V*>(wp + base + c);
         if (bp != nullptr) bv = *reinterpret_cast<const V*>(bp + base + c);
-        if constexpr (sizeof(T) == 2) {
-          // 16-bit outputs: x * rstd + shift in one FMA (its rounding is
-          // ~|mean| / std * 6e-8, far below a 16-bit ulp) and packed pairs
-          // (packed_rows.cuh): about 40% fewer instructions in this pass.
-          float f[VEC], wf[VEC], bf[VEC];
-          unpack_vector<T>(in, f);
-          if (wp != nullptr) unpack_vector<T>(wv, wf);
-          if (bp != nullptr) unpack_vector<T>(bv, bf);
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            float y = fmaf(f[e], rstd, shift);
-            if (wp != nullptr) y *= wf[e];
-            if (bp != nullptr) y += bf[e];
-            f[e] = y;
-          }
-          store_vec(out + base + c, pack_vector<T, V>(f));
-        } else {
-          V o;
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            A v = ((to_acc(in.v[e]) - rough_mean) - dev_mean) * rstd;
-            if (wp != nullptr) v *= to_acc(wv.v[e]);
-            if (bp != nullptr) v += to_acc(bv.v[e]);
-            o.v[e] = from_acc<T>(v);
-          }
-          store_vec(out + base + c, o);
+        for (int e = 0; e < VEC; ++e) {
+          A v = ((to_acc(in.v[e]) - rough_mean) - dev_mean) * rstd;
+          if (w != nullptr) v *= to_acc(wv.v[e]);
+          if (b != nullptr) v += to_acc(bv.v[e]);
+          o.v[e] = from_acc<T>(v);
         }
+        store_vec(out + base + c, o);
       }
     }
     if (threadIdx.x == 0 && part_base == 0) {
