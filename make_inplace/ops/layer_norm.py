@@ -11,6 +11,7 @@ from ._common import check_leaf_inplace
 
 _loader.load()
 _op = torch.ops.make_inplace.layer_norm_
+_op_default = _op.default
 _stats_op = torch.ops.make_inplace.layer_norm_stats_
 _backward_op = torch.ops.make_inplace.layer_norm_backward
 
@@ -113,9 +114,12 @@ def layer_norm_(
         True
     """
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
-    tensors = (x, weight, bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and (
+        x.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+    ):
         check_leaf_inplace(x, "layer_norm_")
         return _LayerNorm.apply(x, shape, weight, bias, eps)
-    _op(x, shape, weight, bias, eps)
+    _op_default(x, shape, weight, bias, eps)
     return x

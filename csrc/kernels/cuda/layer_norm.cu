@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   constexpr int F = kFloatsPerVector<T>;
   static_assert(NV * F <= 32, "at most 32 floats of the row per thread");
   using V = Vec<T, VEC>;
-  __shared__ float scratch[32];
+  __shared__ float scratch[64];
   const int groups = blockDim.x / tpr;
   const int lane = threadIdx.x % tpr;
   const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
@@ -154,8 +154,9 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
       }
     }
   }
-  const float dev_mean = group_reduce(dev, tpr, 0.0f, scratch, SumOp{}) * inv_n;
-  const float var = group_reduce(sq, tpr, 0.0f, scratch, SumOp{}) * inv_n - dev_mean * dev_mean;
+  group_sum2(dev, sq, tpr, scratch);
+  const float dev_mean = dev * inv_n;
+  const float var = sq * inv_n - dev_mean * dev_mean;
   const float rstd = rsqrtf(var + eps);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {

@@ -151,6 +151,31 @@ __device__ __forceinline__ A group_reduce(A v, int tpr, A identity, A* scratch, 
   return v;
 }
 
+// Two sums over the `tpr` threads owning one row in one pass: the shuffles
+// interleave and a CTA-wide reduction (tpr > 32) needs one round of
+// `scratch` (>= 64 entries) and two barriers instead of four.
+__device__ __forceinline__ void group_sum2(float& a, float& b, int tpr, float* scratch) {
+  const int width = tpr < 32 ? tpr : 32;
+  for (int offset = width / 2; offset > 0; offset /= 2) {
+    a += __shfl_xor_sync(0xffffffffu, a, offset);
+    b += __shfl_xor_sync(0xffffffffu, b, offset);
+  }
+  if (tpr <= 32) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = lane < tpr / 32 ? scratch[lane] : 0.0f;
+  b = lane < tpr / 32 ? scratch[32 + lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    a += __shfl_xor_sync(0xffffffffu, a, offset);
+    b += __shfl_xor_sync(0xffffffffu, b, offset);
+  }
+  __syncthreads();  // scratch is free for the next reduction
+}
+
 inline int pow2_at_least(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
