@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Row-wise sweep session on the device machine: the carried library, then
 # benchmarks/sweep_rowwise.py once per setting (SETTINGS, space-separated
-# VAR=value, "default" for none) and ncu over PROFILE cases (optional).
-#   OUT=... PREBUILT=... SETTINGS="default MAKE_INPLACE_STAGED_SPLIT_KIB=64" PROFILE="softmax:bf16:16384x4096" bash scripts/rowwise_session.sh
+# VAR=value for a build that reads such a variable, "default" for none) and
+# ncu over PROFILE cases (optional). The only such variable in the library
+# now is MAKE_INPLACE_STAGED_ROWS=0 (no staged kernels).
+#   OUT=... PREBUILT=... SETTINGS="default MAKE_INPLACE_STAGED_ROWS=0" PROFILE="softmax:bf16:16384x4096" bash scripts/rowwise_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/make_inplace_out}
