@@ -75,10 +75,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
   __shared__ A scratch[32];
-  const int groups = blockDim.x / tpr;
-  const int lane = threadIdx.x % tpr;
-  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
-  const bool active = row < rows;
+  const auto [lane, row, active, end] = on_chip_row(row0, rows, n, tpr);
   T* p = x + (active ? row : 0) * n;
   const auto value = row_value<T, MASKED, int>(row, active, n, scale, causal_rows, mask);
 
@@ -136,12 +133,8 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   static_assert(NV * F <= 32, "exponentials of at most 32 elements stay in registers");
   using V = Vec<T, VEC>;
   __shared__ float scratch[32];
-  const int groups = blockDim.x / tpr;
-  const int lane = threadIdx.x % tpr;
-  const int64_t row = row0 + static_cast<int64_t>(blockIdx.x) * groups + threadIdx.x / tpr;
-  const bool active = row < rows;
+  const auto [lane, row, active, end] = on_chip_row(row0, rows, n, tpr);
   T* p = x + (active ? row : 0) * n;
-  const int end = active ? n : 0;
 
   V buf[NV];
   VectorMax<T> vmax;

@@ -151,6 +151,24 @@ __device__ __forceinline__ A group_reduce(A v, int tpr, A identity, A* scratch, 
   return v;
 }
 
+// The row one thread of an on-chip kernel works on: `tpr` threads per row,
+// blockDim.x / tpr rows per CTA, counted from row0. A thread past the last
+// row is inactive: it touches no column (end == 0) but still takes part in
+// its group's reductions.
+struct OnChipRow {
+  int lane;  // the thread's place among its row's tpr threads
+  int64_t row;
+  bool active;
+  int end;  // columns to touch: n, or 0 when inactive
+};
+
+__device__ __forceinline__ OnChipRow on_chip_row(int64_t row0, int64_t rows, int n, int tpr) {
+  const int64_t row =
+      row0 + static_cast<int64_t>(blockIdx.x) * (blockDim.x / tpr) + threadIdx.x / tpr;
+  const bool active = row < rows;
+  return {static_cast<int>(threadIdx.x % tpr), row, active, active ? n : 0};
+}
+
 // Two sums over the `tpr` threads owning one row in one pass: the shuffles
 // interleave and a CTA-wide reduction (tpr > 32) needs one round of
 // `scratch` (>= 64 entries) and two barriers instead of four.
