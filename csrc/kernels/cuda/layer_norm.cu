@@ -3,9 +3,11 @@
 // Forward: rows that fit on chip are held in registers by `tpr` threads (a
 // sub-warp or warp for short rows, up to a 512-thread CTA for long ones):
 // one read and one write per element, mean and variance in two passes over
-// the registers (no E[x^2] - E[x]^2 cancellation). Longer rows: a CTA per row
+// the registers (no E[x^2] - E[x]^2 cancellation); 16-bit and float32 rows of
+// up to 32 elements per thread take layer_norm_rows_plain_kernel (each element
+// converted once, packed pairs). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
-// the write in the second; in place, no workspace. Rows of 32 KiB to ~190 KiB
+// the write in the second; in place, no workspace. Rows of 32 KiB to 160 KiB
 // (16-byte aligned, sm_90) are staged through a ring of shared-memory slots
 // by bulk copies instead (staged_rows.cuh): one read and one write, the
 // same corrected two-pass statistics, next rows loading meanwhile.

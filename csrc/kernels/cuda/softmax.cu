@@ -5,11 +5,16 @@
 //    short rows, several rows per CTA; a CTA of up to 512 threads for long
 //    ones), each holding NV vectors of the row in registers, so every element
 //    is read once and written once (max, sum and write passes run from
-//    registers). 16-byte vectors when the row start is 16-byte aligned.
-//  * unmasked rows of 32 KiB to ~190 KiB on sm_90 (16-byte aligned): a
-//    persistent CTA per row at a time, the rows staged through a ring of
-//    shared-memory slots by bulk copies (staged_rows.cuh), so the next rows
-//    load while this one is reduced and written: one read, one write.
+//    registers). 16-byte vectors when the row start is 16-byte aligned. The
+//    common case (no mask or causal cut, a positive scale, 16-bit or float32,
+//    up to 32 elements per thread) takes softmax_rows_plain_kernel, which
+//    works on packed pairs and computes each exponential once.
+//  * unmasked rows of 32 KiB and more on sm_90 (16-byte aligned) that the
+//    registers cannot hold: a persistent CTA per row at a time, the rows
+//    staged through a ring of shared-memory slots by bulk copies
+//    (staged_rows.cuh), so the next rows load while this one is reduced and
+//    written: one read, one write. Rows too long for one ring (160 KiB; up to
+//    320 KiB) are split over a 2-CTA cluster in the common case.
 //  * longer rows: a CTA per row in two passes over global memory, an online
 //    max/sum pass and a write pass (the second read mostly hits L2), still in
 //    place and with no workspace.
