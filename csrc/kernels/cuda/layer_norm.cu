@@ -190,23 +190,14 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  __shared__ staged::PairExchange<A> exchange;
-  int round = 0;
-  // A split row: this CTA stages columns [part_base, part_base + plan.part).
-  const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
-  const int64_t cluster = blockIdx.x / plan.split, clusters = gridDim.x / plan.split;
-  staged::RowRing<T> ring(smem, x + part_base, rows, n, plan, cluster, clusters);
+  // Never split (forward_vec plans without allow_split): a CTA per row.
+  staged::RowRing<T> ring(smem, x, rows, n, plan, blockIdx.x, gridDim.x);
   ring.start();
-  if (plan.split == 2) staged::cluster_sync();  // the peer runs before any remote store
-  // Sums over the whole row: this CTA's, then the pair's when split.
-  const auto row_sum = [&](A v) {
-    v = group_reduce(v, static_cast<int>(blockDim.x), A(0), scratch, SumOp{});
-    return plan.split == 2 ? staged::pair_reduce(v, &exchange, &round, SumOp{}) : v;
-  };
   const int step = static_cast<int>(blockDim.x) * VEC;
+  const int tpr = static_cast<int>(blockDim.x);
   const A count_n = static_cast<A>(n);
-  for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
-    const int64_t row = cluster + li * clusters;
+  for (int64_t li = 0; blockIdx.x + li * gridDim.x < rows; ++li) {
+    const int64_t row = blockIdx.x + li * gridDim.x;
     A sum = 0;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.wait(li, j);
@@ -218,7 +209,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
         for (int e = 0; e < VEC; ++e) sum += to_acc(in.v[e]);
       }
     }
-    const A rough_mean = row_sum(sum) / count_n;
+    const A rough_mean = group_reduce(sum, tpr, A(0), scratch, SumOp{}) / count_n;
     A sq = 0, dev = 0;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
@@ -234,12 +225,10 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
         }
       }
     }
-    const A dev_mean = row_sum(dev) / count_n;
-    const A var = row_sum(sq) / count_n - dev_mean * dev_mean;
+    const A dev_mean = group_reduce(dev, tpr, A(0), scratch, SumOp{}) / count_n;
+    const A var = group_reduce(sq, tpr, A(0), scratch, SumOp{}) / count_n - dev_mean * dev_mean;
     const A rstd = rsqrt_acc(var + eps);
-    T* out = x + row * n + part_base;
-    const T* wp = w == nullptr ? nullptr : w + part_base;
-    const T* bp = b == nullptr ? nullptr : b + part_base;
+    T* out = x + row * n;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.landed(li, j);
       const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
@@ -248,8 +237,8 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
         const V in = *reinterpret_cast<const V*>(piece + c);
         V wv, bv, o;
-        if (wp != nullptr) wv = *reinterpret_cast<const V*>(wp + base + c);
-        if (bp != nullptr) bv = *reinterpret_cast<const V*>(bp + base + c);
+        if (w != nullptr) wv = *reinterpret_cast<const V*>(w + base + c);
+        if (b != nullptr) bv = *reinterpret_cast<const V*>(b + base + c);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           A v = ((to_acc(in.v[e]) - rough_mean) - dev_mean) * rstd;
@@ -260,13 +249,12 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
         store_vec(out + base + c, o);
       }
     }
-    if (threadIdx.x == 0 && part_base == 0) {
+    if (threadIdx.x == 0) {
       if (mean_out != nullptr) mean_out[row] = rough_mean + dev_mean;
       if (rstd_out != nullptr) rstd_out[row] = rstd;
     }
     ring.release(li);
   }
-  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
 #endif
 }
 
@@ -530,18 +518,10 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     // its three reductions (H100, 128 columns: bf16 2.50 vs 2.26 TB/s, fp32
     // 2.87 vs 2.70; 32 columns: bf16 2.82 vs 2.63).
     if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
-    switch (nv) {
-      case 1: *err = launch_plain<T, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
-      case 2: *err = launch_plain<T, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
-      case 4: *err = launch_plain<T, 4>(x, w, b, rows, n, tpr, eps, mean, rstd, stream); return true;
-      case 8:
-        if constexpr (kMaxNv >= 8) {
-          *err = launch_plain<T, 8>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
-          return true;
-        }
-        break;
-    }
-    return false;
+    return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
+      *err = launch_plain<T, decltype(nv_tag)::value>(x, w, b, rows, n, tpr, eps, mean, rstd,
+                                                      stream);
+    });
   }
 }
 

@@ -260,8 +260,7 @@ __global__ void __launch_bounds__(kLongThreads)
 
 // Unmasked rows staged in shared memory (see staged_rows.cuh). Each row: a
 // statistics pass over its pieces as they land, then a write pass that reads
-// the slots again and stores straight to global memory, handing each slot
-// back as soon as its piece is written. PLAIN (no causal cut, a positive
+// the slots again and stores straight to global memory. PLAIN (no causal cut, a positive
 // scale, not float64; `scale` then holds log2(e) * scale): a packed max pass
 // and an exponential-sum pass (packed_rows.cuh), about half the instructions
 // of the general online max/sum pass.
@@ -274,7 +273,7 @@ __global__ void __launch_bounds__(staged::kThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  __shared__ staged::PairExchange<A> exchange;
+  __shared__ staged::PairExchange exchange;  // split rows only (PLAIN: A is float)
   int round = 0;
   // A split row: this CTA stages columns [part_base, part_base + plan.part).
   const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
@@ -513,6 +512,9 @@ bool plain_softmax(int64_t causal_rows, acc_t<T> scale) {
   return sizeof(T) != 8 && causal_rows == 0 && scale > 0 && std::isfinite(scale);
 }
 
+// The fast paths take exp(scale * v) as 2^(log2(e) * scale * v).
+inline float log2e_times(double scale) { return static_cast<float>(1.4426950408889634 * scale); }
+
 template <typename T, int NV>
 cudaError_t launch_plain(T* x, int64_t rows, int64_t n, int tpr, float log2e_scale,
                          cudaStream_t stream) {
@@ -536,19 +538,9 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
     if (mask.data != nullptr || !plain_softmax<T>(causal_rows, scale)) return false;
     int tpr = 0, nv = 0;
     if (!on_chip_plan(n / VEC, kMaxNv, 1, &tpr, &nv)) return false;
-    const float log2e_scale = static_cast<float>(1.4426950408889634 * scale);
-    switch (nv) {
-      case 1: *err = launch_plain<T, 1>(x, rows, n, tpr, log2e_scale, stream); return true;
-      case 2: *err = launch_plain<T, 2>(x, rows, n, tpr, log2e_scale, stream); return true;
-      case 4: *err = launch_plain<T, 4>(x, rows, n, tpr, log2e_scale, stream); return true;
-      case 8:
-        if constexpr (kMaxNv >= 8) {
-          *err = launch_plain<T, 8>(x, rows, n, tpr, log2e_scale, stream);
-          return true;
-        }
-        break;
-    }
-    return false;
+    return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
+      *err = launch_plain<T, decltype(nv_tag)::value>(x, rows, n, tpr, log2e_times(scale), stream);
+    });
   }
 }
 
@@ -564,8 +556,8 @@ cudaError_t forward_staged(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_
                            const staged::Plan& plan, cudaStream_t stream) {
   if constexpr (sizeof(T) != 8) {
     if (plain_softmax<T>(causal_rows, scale)) {
-      const auto log2e_scale = static_cast<acc_t<T>>(1.4426950408889634 * scale);
-      return launch_staged<T, VEC, true>(x, rows, n, log2e_scale, causal_rows, plan, stream);
+      return launch_staged<T, VEC, true>(x, rows, n, log2e_times(scale), causal_rows, plan,
+                                         stream);
     }
   }
   return launch_staged<T, VEC, false>(x, rows, n, scale, causal_rows, plan, stream);

@@ -152,4 +152,23 @@ __device__ __forceinline__ V pack_vector(const float* in) {
   return from_words<V>(q);
 }
 
+// Calls f(std::integral_constant<int, NV>{}) for the on_chip_plan result
+// nv (a power of two up to kMaxNv), so each fast path instantiates its
+// kernel once per NV; false for any other nv.
+template <int kMaxNv, typename F>
+bool with_vectors(int nv, F&& f) {
+  switch (nv) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 8:
+      if constexpr (kMaxNv >= 8) {
+        f(std::integral_constant<int, 8>{});
+        return true;
+      }
+      break;
+  }
+  return false;
+}
+
 }  // namespace make_inplace::kernels::rowwise

@@ -216,17 +216,16 @@ __device__ __forceinline__ void cluster_sync() {
 // Where a split row's reductions meet: two rounds of two slots (one per
 // CTA), alternating, so a round's slots are written again only after the
 // next round's barrier, which the peer passes after reading them.
-template <typename A>
 struct PairExchange {
-  A slots[2][2];
-  int round;
+  float slots[2][2];
 };
 
 // Combines a CTA-wide value (every thread holds it) with the peer CTA's in
-// a 2-CTA cluster; both CTAs get op(value of rank 0, value of rank 1).
-template <typename A, typename Op>
-__device__ __forceinline__ A pair_reduce(A v, PairExchange<A>* ex, int* round, Op op) {
-  A* slot = ex->slots[*round & 1];
+// a 2-CTA cluster; both CTAs get op(value of rank 0, value of rank 1). Only
+// softmax's float fast path splits rows.
+template <typename Op>
+__device__ __forceinline__ float pair_reduce(float v, PairExchange* ex, int* round, Op op) {
+  float* slot = ex->slots[*round & 1];
   *round += 1;
   if (threadIdx.x == 0) {
     const unsigned me = cluster_rank();
@@ -235,15 +234,8 @@ __device__ __forceinline__ A pair_reduce(A v, PairExchange<A>* ex, int* round, O
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                  : "=r"(remote)
                  : "r"(shared_address(slot + me)), "r"(me ^ 1u));
-    if constexpr (sizeof(A) == 8) {
-      asm volatile("st.shared::cluster.b64 [%0], %1;" ::"r"(remote),
-                   "l"(__double_as_longlong(static_cast<double>(v)))
-                   : "memory");
-    } else {
-      asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote),
-                   "r"(__float_as_uint(static_cast<float>(v)))
-                   : "memory");
-    }
+    asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v))
+                 : "memory");
   }
   cluster_sync();
   return op(slot[0], slot[1]);
