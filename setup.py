@@ -1,7 +1,8 @@
 """The setuptools route: `pip install --no-build-isolation .` (or `-e .`).
 
 Builds CUDA kernels when nvcc and a CUDA build of torch are both present
-(default archs sm_80 and sm_90 plus PTX; TORCH_CUDA_ARCH_LIST overrides),
+(default archs sm_80 with PTX and sm_90a, the Hopper variant that has the
+wgmma square matmul; TORCH_CUDA_ARCH_LIST overrides),
 otherwise a CPU-only library. It never fails for lack of CUDA.
 """
 
@@ -19,13 +20,16 @@ from torch.utils import cpp_extension  # noqa: E402
 force_cpu = os.environ.get("MAKE_INPLACE_CPU_ONLY") == "1"
 with_cuda = not force_cpu and torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
 if with_cuda:
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    # No plain sm_90 beside sm_90a: an H100 must load the sm_90a code.
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0+PTX;9.0a")
     print(f"make_inplace: building CPU and CUDA kernels ({os.environ['TORCH_CUDA_ARCH_LIST']})")
 else:
     print("make_inplace: building the CPU kernels only (no nvcc or no CUDA build of torch)")
 
 root = os.path.relpath(_sources.CSRC, os.getcwd()) if os.path.isabs(_sources.CSRC) else _sources.CSRC
 defines = ["-DMAKE_INPLACE_WITH_CUDA"] if with_cuda else []
+if with_cuda and _sources.has_sm90a(os.environ["TORCH_CUDA_ARCH_LIST"]):
+    defines.append("-DMAKE_INPLACE_SM90A")  # the wgmma square matmul may launch
 common = dict(
     name="make_inplace._C",
     include_dirs=[os.path.abspath(d) for d in _sources.include_dirs()],

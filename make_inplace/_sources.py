@@ -42,3 +42,9 @@ OPENMP_FLAGS = ["-fopenmp"] if sys.platform.startswith("linux") else []
 CXX_FLAGS = ["-O3", "-std=c++17", *OPENMP_FLAGS]
 LINK_FLAGS = list(OPENMP_FLAGS)
 NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
+
+
+def has_sm90a(arch_list: str) -> bool:
+    """Whether a TORCH_CUDA_ARCH_LIST builds the sm_90a code (wgmma, TMA): only
+    then may the Hopper square matmul kernel launch (MAKE_INPLACE_SM90A)."""
+    return any(a.strip().split("+")[0] == "9.0a" for a in arch_list.replace(",", ";").replace(" ", ";").split(";"))

@@ -288,3 +288,52 @@ def test_cuda_runs_on_the_current_stream_after_pending_work(workspace_bytes):
         make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace_bytes)
     stream.synchronize()
     assert relative_error(x, expected) < TOL[x.dtype]
+
+
+# ------------------------------------------------- CUDA: the Hopper wgmma kernel
+
+HOPPER = CUDA and torch.cuda.get_device_capability() == (9, 0)
+requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100/H200)")
+
+
+def _kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(e.name for e in prof.events())
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "rows,n",
+    # n: one tile, a partial tile, a partial k-step, cluster sizes 1-16 with one
+    # parked tile, and two parked tiles (n > 4096); rows: partial, single and
+    # several row-blocks, and more row-blocks than clusters.
+    [(1, 8), (5, 40), (127, 256), (128, 264), (129, 1000), (1000, 1024), (4097, 768), (300, 2056),
+     (1025, 4096), (257, 4104), (130, 8192), (20000, 512)],
+)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose):
+    """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0)."""
+    monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
+    x, w, b = make(rows, n, dtype, "cuda", bias=(rows % 2 == 1))
+    x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
+    x_extra[:rows] = x  # a sentinel row after x must not be written
+    sentinel = x_extra[rows].clone()
+    view = x_extra[:rows]
+    expected = reference(view, w, b, transpose)
+    names = _kernel_names(lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=0))
+    assert "square_matmul_wgmma" in names, names
+    assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
+    assert torch.equal(x_extra[rows], sentinel)
+
+
+@requires_hopper
+@pytest.mark.parametrize("rows,n,dtype", [(40000, 1024, torch.bfloat16), (16384, 4096, torch.float16), (65536, 768, torch.bfloat16)])
+def test_cuda_wgmma_kernel_runs_by_default(rows, n, dtype):
+    """The benchmark shapes in 16-bit types take the Hopper kernel in the default mode, with no allocation."""
+    x, ours, _ = _memory_case(rows, n, dtype, None)
+    assert ours.allocated == 0 and ours.reserved == 0, ours
+    w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
+    assert "square_matmul_wgmma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w))

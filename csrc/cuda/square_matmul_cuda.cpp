@@ -6,9 +6,14 @@
 //    kernel finds no free SM while the GEMM runs, and half-size GEMMs fill
 //    the GPU less; benchmarks/results/h100/sweep_square_matmul_panels.txt.)
 //  * fused: one kernel that holds results on chip until the rows they
-//    replace are consumed (no workspace at all).
-// The panel route is taken when the workspace bound allows panels big enough
-// for the GEMM to fill the GPU; otherwise the fused kernel runs.
+//    replace are consumed (no workspace at all): wgmma on Hopper for 16-bit
+//    types (square_matmul_wgmma), mma.sync/FFMA/DFMA elsewhere
+//    (square_matmul_fused).
+// The Hopper kernel runs whenever it takes the case and there are enough
+// tiles to fill the GPU, whatever the workspace bound: it needs none and is
+// faster than panels. Otherwise the panel route is taken when the workspace
+// bound allows panels big enough for the GEMM to fill the GPU, and the fused
+// kernel runs when it does not.
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
@@ -22,6 +27,7 @@
 
 #include "make_inplace/kernels/square_matmul_fused.h"
 #include "make_inplace/kernels/square_matmul_panels.h"
+#include "make_inplace/kernels/square_matmul_wgmma.h"
 #include "make_inplace/square_matmul.h"
 #include "make_inplace/torch_kinds.h"
 
@@ -56,6 +62,12 @@ constexpr int64_t kMinPanelTiles = 96;
 // (measured: fp32 (4097, 8192), r = 31, 0.38x vs fused 0.45x; bf16 r = 63,
 // 0.45x vs 0.24x).
 double fused_share_of_cublas(int64_t element_size) { return element_size == 2 ? 0.3 : 0.5; }
+
+// Below this many 128 x 256 result tiles the Hopper kernel leaves most SMs
+// idle (one cluster per 128-row block), and square_matmul_fused's 16-row
+// tiles spread small row counts better. MAKE_INPLACE_WGMMA_MIN_TILES
+// overrides it (tests use 0 to send every shape the kernel takes to it).
+constexpr int64_t kWgmmaMinTiles = 128;
 
 // Switches for comparisons, read per call so one process can sweep them
 // (benchmarks/sweep_square_matmul_panels.py).
@@ -278,9 +290,20 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   const c10::cuda::CUDAGuard guard(x.device());
   if (rows == 0) return;
 
+  const auto kind = scalar_kind(x.scalar_type());
+  const bool has_bias = bias.has_value() && bias->defined();
+  const auto stream = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t tiles = (rows + 127) / 128 * ((n + 255) / 256);
+  if (tiles >= env_int("MAKE_INPLACE_WGMMA_MIN_TILES", kWgmmaMinTiles) &&
+      kernels::square_matmul_wgmma_supports(kind, rows, n, x.const_data_ptr(), w.matrix.const_data_ptr())) {
+    C10_CUDA_CHECK(kernels::square_matmul_wgmma(kind, x.data_ptr(), w.matrix.const_data_ptr(),
+                                                has_bias ? bias->const_data_ptr() : nullptr, rows, n,
+                                                w.transpose, stream));
+    return;
+  }
+
   const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
   const PanelPlan plan = plan_panels(workspace_bound(x, workspace_bytes), row_bytes, rows);
-  const auto kind = scalar_kind(x.scalar_type());
   const bool fused_ok = kernels::square_matmul_fused_supports(kind, n);
   if (plan.rows_per_block >= 1 &&
       (panels_pay(plan, rows, n, x.element_size()) || !fused_ok)) {
@@ -291,12 +314,10 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
               " is too wide for the zero-workspace kernel on this GPU and "
               "workspace_bytes allows less than one row (", row_bytes,
               " bytes) of workspace; pass a larger workspace_bytes");
-  const bool has_bias = bias.has_value() && bias->defined();
   C10_CUDA_CHECK(kernels::square_matmul_fused(
       kind, x.data_ptr(), w.matrix.const_data_ptr(),
       has_bias ? bias->const_data_ptr() : nullptr, rows, n, w.transpose,
-      at::globalContext().allowTF32CuBLAS(),
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::globalContext().allowTF32CuBLAS(), stream));
 }
 
 }  // namespace

@@ -1,0 +1,556 @@
+// The Hopper zero-workspace square matmul for 16-bit types: x[rows, n] <-
+// x @ w (+ bias), or x @ w^T with transpose, on wgmma tensor cores fed by TMA,
+// using no device memory beyond x, w and bias.
+//
+// Why clusters: every result tile of a 128-row block of x reads the whole
+// block, so nothing of the block may be written back until every tile of it
+// has been computed. A cluster of CTAs owns one row-block at a time: CTA r of
+// the cluster computes column tiles r, r + C, ... (C = CTAs per cluster) of
+// the block into shared memory, already rounded to x's dtype, and tells every
+// CTA of the cluster it is done (an mbarrier arrive over distributed shared
+// memory). A CTA's store warp writes its parked tiles over x (TMA store) once
+// all C CTAs are done with the block; meanwhile its consumers already compute
+// the cluster's next row-block. Row-blocks of different clusters are
+// disjoint, so no grid-wide barrier and no global counter are needed. The
+// widest rows it takes are 8192 elements: 32 tiles of 256 columns over a
+// cluster of 16 CTAs that park two tiles each.
+//
+// CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread)
+// and the TMA stores (one thread of another warp); warpgroups 1 and 2 each
+// compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
+// accumulators in registers). Shared memory: a ring of 128 x 64 x-tiles and
+// 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma reads them),
+// then the parked result tiles (four 128 x 64 TMA boxes each).
+#include "make_inplace/kernels/square_matmul_wgmma.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace make_inplace::kernels {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;  // 64 16-bit elements: one 128-byte swizzle row
+constexpr int kThreads = 384;
+constexpr int kATileBytes = kBM * kBK * 2;      // 16 KiB
+constexpr int kBTileBytes = kBN * kBK * 2;      // 32 KiB
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kBoxCols = 64;                    // TMA box width of x (and of w without transpose)
+constexpr int kParkBytes = kBM * kBN * 2;       // 64 KiB
+constexpr int kMaxClusterCtas = 16;             // H100/H200 non-portable maximum
+constexpr int kMaxParked = 2;
+
+// One parked tile leaves room for a 3-stage ring; two leave room for 2.
+constexpr int stages_for(int parked) { return parked == 1 ? 3 : 2; }
+constexpr int smem_bytes(int parked) {
+  return stages_for(parked) * kStageBytes + parked * kParkBytes + 1024 /* alignment */ + 256 /* barriers */;
+}
+static_assert(smem_bytes(1) <= 227 * 1024 && smem_bytes(2) <= 227 * 1024, "H100 shared memory");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kConsumerThreads = 256;               // warpgroups 1 and 2
+constexpr int kWBoxBytes = kBK * kBoxCols * 2;      // a 64 x 64 box of w, 8 KiB
+constexpr int kParkBoxBytes = kBM * kBoxCols * 2;   // a 128 x 64 box of results, 16 KiB
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Arrive on the barrier at the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_in_cta(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Waits with cluster scope: the arrivals came from other CTAs of the cluster.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}" ::"r"(
+          smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int col, int row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(col), "r"(row)
+               : "memory");
+}
+
+// A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA,
+// "Matrix Descriptor Format"): start address, leading and stride byte offsets.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(leading >> 4) << 16 |
+         static_cast<uint64_t>(stride >> 4) << 32 | uint64_t{1} << 62;
+}
+
+#define MI_WGMMA_ACC_REGS \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+#define MI_WGMMA_ACC_OPERANDS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+// d (+)= A[64 x 16] * B[16 x 256]; A K-major, B K-major (kTransB = 0) or
+// N-major (kTransB = 1); accumulate = 0 overwrites d.
+template <typename Elem, int kTransB>
+struct Wgmma;
+
+template <int kTransB>
+struct Wgmma<__nv_bfloat16, kTransB> {
+  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" MI_WGMMA_ACC_REGS
+        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        : MI_WGMMA_ACC_OPERANDS(d)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  static __device__ __forceinline__ float to_float(const void* p, int64_t i) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+template <int kTransB>
+struct Wgmma<__half, kTransB> {
+  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" MI_WGMMA_ACC_REGS
+        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        : MI_WGMMA_ACC_OPERANDS(d)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  static __device__ __forceinline__ float to_float(const void* p, int64_t i) {
+    return __half2float(static_cast<const __half*>(p)[i]);
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+#undef MI_WGMMA_ACC_REGS
+#undef MI_WGMMA_ACC_OPERANDS
+
+// Rounds a 64-row half of a result tile (this warpgroup's accumulators, plus
+// the bias in fp32) into the parked tile, in the 128-byte-swizzled layout of
+// the four 128 x 64 TMA boxes that store it. wgmma's accumulator layout:
+// register 4i + {0, 1} holds row warp*16 + lane/4, columns 8i + 2(lane%4) +
+// {0, 1}; 4i + {2, 3} the same columns 8 rows down.
+template <typename Elem>
+__device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile, const void* bias,
+                                          int64_t col0, int n, int half, int warp, int lane) {
+  using W = Wgmma<Elem, 0>;
+  const int row = half * 64 + warp * 16 + lane / 4;
+  const uint32_t base = smem_u32(tile) + row * 128 + (lane % 4) * 4;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int64_t col = col0 + i * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
+    float b0 = 0.f, b1 = 0.f;
+    if (bias != nullptr && col < n) b0 = W::to_float(bias, col), b1 = W::to_float(bias, col + 1);
+    // 16-byte chunk (i % 8) of a 128-byte row, XOR-swizzled by the row (row % 8 == (row + 8) % 8).
+    const uint32_t at = base + (i / 8) * kParkBoxBytes + (((i % 8) ^ (row % 8)) * 16);
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(W::pack(acc[4 * i] + b0, acc[4 * i + 1] + b1)));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at + 8 * 128),
+                 "r"(W::pack(acc[4 * i + 2] + b0, acc[4 * i + 3] + b1)));
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The column tiles CTA `rank` of a cluster of `ctas` computes in each
+// row-block: rank + t * ctas for t < kParked, while below col_tiles.
+template <typename Elem, bool kWeightKMajor, int kParked>
+__global__ void __launch_bounds__(kThreads, 1)
+    square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map,
+                               const __grid_constant__ CUtensorMap w_map, const void* bias, int row_blocks,
+                               int n, int col_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = stages_for(kParked);
+  extern __shared__ uint8_t smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1024 bytes: align the ring and parking to it.
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* park = smem + kStages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(park + kParked * kParkBytes);
+  uint64_t* empty = full + kStages;
+  uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster has parked it
+  uint64_t* park_free = done + 2;    // the store warp has read the parked tiles out
+
+  const int ctas = static_cast<int>(cluster_nctarank());
+  const int rank = static_cast<int>(cluster_ctarank());
+  const int cluster = blockIdx.x / ctas;
+  const int clusters = gridDim.x / ctas;
+  const int k_tiles = (n + kBK - 1) / kBK;
+  const int warpgroup = threadIdx.x / 128;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerThreads / 32);
+    }
+    mbar_init(&done[0], ctas);
+    mbar_init(&done[1], ctas);
+    mbar_init(park_free, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  cluster_sync();  // no CTA arrives on another's barriers before they exist
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (warp == 0 && lane == 0) {  // TMA loads, in the consumers' order
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int rb = cluster; rb < row_blocks; rb += clusters) {
+        for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
+          const int c = rank + t * ctas;
+          for (int kt = 0; kt < k_tiles; ++kt) {
+            mbar_wait(&empty[stage], phase ^ 1);
+            mbar_arrive_expect_tx(&full[stage], kStageBytes);
+            uint8_t* a = smem + stage * kStageBytes;
+            uint8_t* b = a + kATileBytes;
+            tma_load(a, &x_map, &full[stage], kt * kBK, rb * kBM);
+            if (kWeightKMajor) {  // w[c*256 + j][k]: one 256-row box
+              tma_load(b, &w_map, &full[stage], kt * kBK, c * kBN);
+            } else {  // w[k][c*256 + j]: four 64-column boxes
+              for (int i = 0; i < kBN / kBoxCols; ++i) {
+                tma_load(b + i * kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
+              }
+            }
+            if (++stage == kStages) stage = 0, phase ^= 1;
+          }
+        }
+      }
+    } else if (warp == 1 && lane == 0) {  // TMA stores of whole row-blocks
+      int j = 0;
+      for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
+        mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        // Every CTA of the cluster has consumed this row-block's x (its TMA
+        // loads completed before its last wgmma); order those async-proxy
+        // reads before the async-proxy writes below.
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
+          const int c = rank + t * ctas;
+          for (int i = 0; i < kBN / kBoxCols && c * kBN + i * kBoxCols < n; ++i) {
+            tma_store(&x_map, park + t * kParkBytes + i * kParkBoxBytes, c * kBN + i * kBoxCols, rb * kBM);
+          }
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        mbar_arrive(park_free);
+      }
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
+    int stage = 0, j = 0;
+    uint32_t phase = 0;
+    for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
+      for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
+        const int c = rank + t * ctas;
+        float acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+        int previous = 0;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          mbar_wait(&full[stage], phase);
+          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * 128;
+          const uint32_t b = smem_u32(smem + stage * kStageBytes + kATileBytes);
+          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) {
+            // K-major operands step 16 elements (32 bytes) inside the swizzled
+            // row; the N-major w steps 16 rows of 128 bytes, and its 64-column
+            // boxes lie 8 KiB apart.
+            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 1024);
+            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 1024)
+                                                  : smem_desc(b + kk * 2048, kWBoxBytes, 1024);
+            Wgmma<Elem, kWeightKMajor ? 0 : 1>::mma(acc, a_desc, b_desc, (kt | kk) != 0);
+          }
+          asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+          asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+          if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
+          previous = stage;
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (lane == 0) mbar_arrive(&empty[previous]);
+        if (t == 0 && j > 0) mbar_wait(park_free, (j - 1) & 1);
+        park_tile<Elem>(acc, park + t * kParkBytes, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+      }
+      // Make the parked tiles visible to TMA, then tell every CTA of the
+      // cluster (this one included) that this CTA is done with the row-block.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+      if (threadIdx.x == 128) {
+        for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(&done[j & 1], q);
+      }
+    }
+  }
+  __syncwarp();
+  cluster_sync();  // no CTA leaves while others may still arrive on its barriers
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a: square_matmul_wgmma_supports never lets this launch
+#endif
+}
+
+using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const void*, int, int, int);
+
+template <typename Elem>
+KernelFn kernel_for(bool k_major, int parked) {
+  if (k_major) {
+    return parked == 1 ? square_matmul_wgmma_kernel<Elem, true, 1> : square_matmul_wgmma_kernel<Elem, true, 2>;
+  }
+  return parked == 1 ? square_matmul_wgmma_kernel<Elem, false, 1> : square_matmul_wgmma_kernel<Elem, false, 2>;
+}
+
+KernelFn kernel_for(ScalarKind kind, bool k_major, int parked) {
+  return kind == ScalarKind::kBFloat16 ? kernel_for<__nv_bfloat16>(k_major, parked)
+                                       : kernel_for<__half>(k_major, parked);
+}
+
+constexpr bool kBuiltForSm90a =
+#if defined(MAKE_INPLACE_SM90A)
+    true;
+#else
+    false;
+#endif
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+// The driver's tensor-map encoder, through the runtime (no libcuda link).
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled fn = []() -> EncodeTiled {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                             cudaEnableDefault, &found);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
+#endif
+    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// A row-major rows x cols matrix of 16-bit elements read and written in
+// box_rows x box_cols boxes with the 128-byte swizzle; zeros past the edges.
+bool encode_map(CUtensorMap* map, ScalarKind kind, const void* base, uint64_t rows, uint64_t cols,
+                uint32_t box_rows, uint32_t box_cols) {
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * 2};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const auto type = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return tensor_map_encoder()(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+constexpr int kMaxDevices = 64;
+constexpr int kVariants = 8;  // kind x weight layout x parked tiles
+// 1 + co-resident clusters per (device, variant, cluster size); 0: not asked yet.
+std::atomic<int> g_active_clusters[kMaxDevices][kVariants][kMaxClusterCtas + 1];
+
+int variant_index(ScalarKind kind, bool k_major, int parked) {
+  return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (parked - 1);
+}
+
+cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, int parked, cudaStream_t stream,
+                                 cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes(parked);
+  config.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = ctas_per_cluster;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// How many clusters of `ctas` CTAs of this variant fit on the device at once
+// (0: none, e.g. a cluster size the device cannot schedule).
+int active_clusters(int device, ScalarKind kind, bool k_major, int parked, int ctas) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  std::atomic<int>& slot = g_active_clusters[device][variant_index(kind, k_major, parked)][ctas];
+  const int known = slot.load();
+  if (known > 0) return known - 1;
+  const KernelFn kernel = kernel_for(kind, k_major, parked);
+  int count = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(parked)) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = launch_config(ctas, ctas, parked, nullptr, &attr);
+    if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
+      count = 0;
+    }
+  }
+  (void)cudaGetLastError();
+  slot.store(count + 1);
+  return count;
+}
+
+struct Plan {
+  int parked = 0;    // result tiles each CTA holds per row-block
+  int ctas = 0;      // CTAs per cluster
+  int clusters = 0;  // co-resident clusters
+};
+
+// One parked tile per CTA when a cluster can cover the row-block's tiles
+// (deeper load ring), else two.
+Plan plan_for(int device, ScalarKind kind, bool k_major, int64_t n) {
+  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  for (int parked = 1; parked <= kMaxParked; ++parked) {
+    const int ctas = (col_tiles + parked - 1) / parked;
+    if (ctas > kMaxClusterCtas) continue;
+    const int clusters = active_clusters(device, kind, k_major, parked, ctas);
+    if (clusters > 0) return {parked, ctas, clusters};
+  }
+  return {};
+}
+
+bool device_is_sm90(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x, const void* w) {
+  if (!kBuiltForSm90a) return false;
+  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
+  if (n < 8 || n % 8 != 0 || n > int64_t{kMaxClusterCtas} * kMaxParked * kBN) return false;
+  if (rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0) return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (!device_is_sm90(device) || tensor_map_encoder() == nullptr) return false;
+  return plan_for(device, kind, false, n).parked > 0 && plan_for(device, kind, true, n).parked > 0;
+}
+
+cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
+                                int64_t n, bool transpose, cudaStream_t stream) {
+  if (!square_matmul_wgmma_supports(kind, rows, n, x, w)) return cudaErrorNotSupported;
+  if (rows == 0) return cudaSuccess;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
+  const Plan plan = plan_for(device, kind, transpose, n);
+  // transpose: x @ w^T reads w's rows along k (K-major, 256-row boxes);
+  // otherwise x @ w reads w's rows along the output columns (64-column boxes).
+  CUtensorMap x_map, w_map;
+  if (!encode_map(&x_map, kind, x, rows, n, kBM, kBoxCols) ||
+      !encode_map(&w_map, kind, w, n, n, transpose ? kBN : kBK, kBoxCols)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t row_blocks = (rows + kBM - 1) / kBM;
+  const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, plan.parked, stream, &attr);
+  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.parked), x_map, w_map, bias,
+                            static_cast<int>(row_blocks), static_cast<int>(n), col_tiles);
+}
+
+}  // namespace make_inplace::kernels
