@@ -314,9 +314,14 @@ def _kernel_names(fn):
      (1025, 4096), (257, 4104), (130, 8192), (20000, 512)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
-def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose):
-    """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0)."""
+@pytest.mark.parametrize("parked", ["auto", "2"])
+def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, parked):
+    """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0),
+    with the plan's choice of parked tiles per CTA and with two forced (the
+    32-deep k-step ring)."""
     monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
+    if parked != "auto":
+        monkeypatch.setenv("MAKE_INPLACE_WGMMA_PARKED", parked)
     x, w, b = make(rows, n, dtype, "cuda", bias=(rows % 2 == 1))
     x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
     x_extra[:rows] = x  # a sentinel row after x must not be written

@@ -31,31 +31,42 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 namespace make_inplace::kernels {
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64;  // 64 16-bit elements: one 128-byte swizzle row
+constexpr int kBM = 128, kBN = 256;
 constexpr int kThreads = 384;
-constexpr int kATileBytes = kBM * kBK * 2;      // 16 KiB
-constexpr int kBTileBytes = kBN * kBK * 2;      // 32 KiB
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kBoxCols = 64;                    // TMA box width of x (and of w without transpose)
+constexpr int kBoxCols = 64;                    // 128 bytes: TMA boxes of x stores and of w without transpose
 constexpr int kParkBytes = kBM * kBN * 2;       // 64 KiB
 constexpr int kMaxClusterCtas = 16;             // H100/H200 non-portable maximum
 constexpr int kMaxParked = 2;
 
-// One parked tile leaves room for a 3-stage ring; two leave room for 2.
-constexpr int stages_for(int parked) { return parked == 1 ? 3 : 2; }
-constexpr int smem_bytes(int parked) {
-  return stages_for(parked) * kStageBytes + parked * kParkBytes + 1024 /* alignment */ + 256 /* barriers */;
-}
-static_assert(smem_bytes(1) <= 227 * 1024 && smem_bytes(2) <= 227 * 1024, "H100 shared memory");
+// The load ring for kParked result tiles per CTA. One parked tile leaves room
+// for 3 stages of 64-deep k-steps; two leave 96 KiB, as 4 stages of 32-deep
+// k-steps (more stages hide TMA latency better than deeper ones).
+template <int kParked>
+struct Ring {
+  static constexpr int kBK = kParked == 1 ? 64 : 32;
+  static constexpr int kStages = kParked == 1 ? 3 : 4;
+  static constexpr int kRowBytes = kBK * 2;  // a K-major operand row: the span of its swizzle
+  static constexpr int kATileBytes = kBM * kBK * 2;
+  static constexpr int kBTileBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kWBoxBytes = kBK * kBoxCols * 2;  // a kBK x 64 box of w (no transpose)
+  static constexpr int kSmemBytes = kStages * kStageBytes + kParked * kParkBytes + 1024 /* alignment */ +
+                                    256 /* barriers */;
+  static_assert(kSmemBytes <= 227 * 1024, "H100 shared memory per block");
+  // Swizzled boxes must start on the 1024-byte period of the swizzle pattern.
+  static_assert(kATileBytes % 1024 == 0 && kWBoxBytes % 1024 == 0 && kRowBytes % 64 == 0, "swizzle alignment");
+};
+
+constexpr int smem_bytes(int parked) { return parked == 1 ? Ring<1>::kSmemBytes : Ring<2>::kSmemBytes; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int kConsumerThreads = 256;               // warpgroups 1 and 2
-constexpr int kWBoxBytes = kBK * kBoxCols * 2;      // a 64 x 64 box of w, 8 KiB
 constexpr int kParkBoxBytes = kBM * kBoxCols * 2;   // a 128 x 64 box of results, 16 KiB
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -126,6 +137,17 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
+// The same box lands at the same offset in every CTA of cta_mask, each
+// signalling its own barrier at bar's offset.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
+                                                   uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row), "h"(cta_mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int col, int row) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
@@ -133,11 +155,13 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                : "memory");
 }
 
-// A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA,
-// "Matrix Descriptor Format"): start address, leading and stride byte offsets.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+// start address, leading and stride byte offsets, and the swizzle span in
+// bytes (128 or 64, as the TMA box that wrote it).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride, int swizzle) {
+  const uint64_t mode = swizzle == 128 ? 1 : 2;
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(leading >> 4) << 16 |
-         static_cast<uint64_t>(stride >> 4) << 32 | uint64_t{1} << 62;
+         static_cast<uint64_t>(stride >> 4) << 32 | mode << 62;
 }
 
 #define MI_WGMMA_ACC_REGS \
@@ -244,11 +268,13 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
 // row-block: rank + t * ctas for t < kParked, while below col_tiles.
 template <typename Elem, bool kWeightKMajor, int kParked>
 __global__ void __launch_bounds__(kThreads, 1)
-    square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map,
+    square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_load_map,
+                               const __grid_constant__ CUtensorMap x_store_map,
                                const __grid_constant__ CUtensorMap w_map, const void* bias, int row_blocks,
-                               int n, int col_tiles) {
+                               int n, int col_tiles, bool multicast) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = stages_for(kParked);
+  using R = Ring<kParked>;
+  constexpr int kStages = R::kStages, kBK = R::kBK, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the ring and parking to it.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -270,7 +296,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerThreads / 32);
+      // With multicast every consumer warp of the cluster frees the stage in
+      // every CTA: a CTA's x slice goes to all of them.
+      mbar_init(&empty[s], kConsumerThreads / 32 * (multicast ? ctas : 1));
     }
     mbar_init(&done[0], ctas);
     mbar_init(&done[1], ctas);
@@ -291,13 +319,19 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_wait(&empty[stage], phase ^ 1);
             mbar_arrive_expect_tx(&full[stage], kStageBytes);
             uint8_t* a = smem + stage * kStageBytes;
-            uint8_t* b = a + kATileBytes;
-            tma_load(a, &x_map, &full[stage], kt * kBK, rb * kBM);
+            uint8_t* b = a + R::kATileBytes;
+            if (multicast) {  // this CTA's slice of the x tile, to every CTA of the cluster
+              const int slice = kBM / ctas;
+              tma_load_multicast(a + rank * slice * R::kRowBytes, &x_load_map, &full[stage], kt * kBK,
+                                 rb * kBM + rank * slice, static_cast<uint16_t>((1u << ctas) - 1));
+            } else {
+              tma_load(a, &x_load_map, &full[stage], kt * kBK, rb * kBM);
+            }
             if (kWeightKMajor) {  // w[c*256 + j][k]: one 256-row box
               tma_load(b, &w_map, &full[stage], kt * kBK, c * kBN);
             } else {  // w[k][c*256 + j]: four 64-column boxes
               for (int i = 0; i < kBN / kBoxCols; ++i) {
-                tma_load(b + i * kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
+                tma_load(b + i * R::kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
               }
             }
             if (++stage == kStages) stage = 0, phase ^= 1;
@@ -315,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
           const int c = rank + t * ctas;
           for (int i = 0; i < kBN / kBoxCols && c * kBN + i * kBoxCols < n; ++i) {
-            tma_store(&x_map, park + t * kParkBytes + i * kParkBoxBytes, c * kBN + i * kBoxCols, rb * kBM);
+            tma_store(&x_store_map, park + t * kParkBytes + i * kParkBoxBytes, c * kBN + i * kBoxCols, rb * kBM);
           }
         }
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -327,6 +361,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
+    const auto release = [&](uint64_t* bar) {
+      if (multicast) {
+        for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(bar, q);
+      } else {
+        mbar_arrive(bar);
+      }
+    };
     int stage = 0, j = 0;
     uint32_t phase = 0;
     for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
@@ -338,27 +379,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         int previous = 0;
         for (int kt = 0; kt < k_tiles; ++kt) {
           mbar_wait(&full[stage], phase);
-          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * 128;
-          const uint32_t b = smem_u32(smem + stage * kStageBytes + kATileBytes);
+          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * R::kRowBytes;
+          const uint32_t b = smem_u32(smem + stage * kStageBytes + R::kATileBytes);
           asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
             // K-major operands step 16 elements (32 bytes) inside the swizzled
-            // row; the N-major w steps 16 rows of 128 bytes, and its 64-column
-            // boxes lie 8 KiB apart.
-            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 1024);
-            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 1024)
-                                                  : smem_desc(b + kk * 2048, kWBoxBytes, 1024);
+            // row, 8-row groups kRowBytes * 8 apart; the N-major w steps 16
+            // rows of 128 bytes, and its 64-column boxes lie kWBoxBytes apart.
+            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 8 * R::kRowBytes, R::kRowBytes);
+            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 8 * R::kRowBytes, R::kRowBytes)
+                                                  : smem_desc(b + kk * 2048, R::kWBoxBytes, 1024, 128);
             Wgmma<Elem, kWeightKMajor ? 0 : 1>::mma(acc, a_desc, b_desc, (kt | kk) != 0);
           }
           asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-          if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
+          if (kt > 0 && lane == 0) release(&empty[previous]);  // its wgmmas are done
           previous = stage;
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (lane == 0) mbar_arrive(&empty[previous]);
+        if (lane == 0) release(&empty[previous]);
         if (t == 0 && j > 0) mbar_wait(park_free, (j - 1) & 1);
         park_tile<Elem>(acc, park + t * kParkBytes, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
       }
@@ -378,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const void*, int, int, int);
+using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const void*, int, int, int, bool);
 
 template <typename Elem>
 KernelFn kernel_for(bool k_major, int parked) {
@@ -422,17 +463,19 @@ EncodeTiled tensor_map_encoder() {
   return fn;
 }
 
-// A row-major rows x cols matrix of 16-bit elements read and written in
-// box_rows x box_cols boxes with the 128-byte swizzle; zeros past the edges.
+// A row-major rows x cols matrix of 16-bit elements read or written in
+// box_rows x box_cols boxes, swizzled over the box row (64 or 128 bytes);
+// zeros past the edges.
 bool encode_map(CUtensorMap* map, ScalarKind kind, const void* base, uint64_t rows, uint64_t cols,
                 uint32_t box_rows, uint32_t box_cols) {
+  const auto swizzle = box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {cols * 2};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
   const auto type = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return tensor_map_encoder()(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -490,17 +533,31 @@ struct Plan {
   int clusters = 0;  // co-resident clusters
 };
 
-// One parked tile per CTA when a cluster can cover the row-block's tiles
-// (deeper load ring), else two.
+// One parked tile per CTA (clusters of col_tiles CTAs) when the cluster
+// fits, else two. (Clusters must fit in one GPC: an H100 fits 30 clusters of
+// 4 and 7 of 16 on its 132 SMs; two parked tiles with clusters half as large
+// still measured slower at every benchmark shape, as their load ring is
+// shallower.) MAKE_INPLACE_WGMMA_PARKED=2 forces two (tests, sweeps).
 Plan plan_for(int device, ScalarKind kind, bool k_major, int64_t n) {
   const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  for (int parked = 1; parked <= kMaxParked; ++parked) {
+  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_PARKED");
+  for (int parked = forced != nullptr && std::atoi(forced) == 2 ? 2 : 1; parked <= kMaxParked; ++parked) {
     const int ctas = (col_tiles + parked - 1) / parked;
     if (ctas > kMaxClusterCtas) continue;
     const int clusters = active_clusters(device, kind, k_major, parked, ctas);
     if (clusters > 0) return {parked, ctas, clusters};
   }
   return {};
+}
+
+// Multicast of x slices needs every CTA of the cluster to load the same
+// k-steps (every CTA has all its tiles) and equal slices of whole 8-row
+// swizzle groups. MAKE_INPLACE_WGMMA_MULTICAST=0 turns it off (sweeps).
+bool use_multicast(const Plan& plan, int64_t n) {
+  const char* env = std::getenv("MAKE_INPLACE_WGMMA_MULTICAST");
+  if (env != nullptr && std::atoi(env) == 0) return false;
+  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  return plan.ctas > 1 && plan.ctas * plan.parked == col_tiles && kBM % plan.ctas == 0 && kBM / plan.ctas % 8 == 0;
 }
 
 bool device_is_sm90(int device) {
@@ -537,11 +594,16 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
   const Plan plan = plan_for(device, kind, transpose, n);
-  // transpose: x @ w^T reads w's rows along k (K-major, 256-row boxes);
-  // otherwise x @ w reads w's rows along the output columns (64-column boxes).
-  CUtensorMap x_map, w_map;
-  if (!encode_map(&x_map, kind, x, rows, n, kBM, kBoxCols) ||
-      !encode_map(&w_map, kind, w, n, n, transpose ? kBN : kBK, kBoxCols)) {
+  const int bk = plan.parked == 1 ? Ring<1>::kBK : Ring<2>::kBK;
+  const bool multicast = use_multicast(plan, n);
+  // x is loaded in 128 x bk boxes (or a cluster's share of one, multicast)
+  // and stored in 128 x 64 ones. transpose:
+  // x @ w^T reads w's rows along k (K-major, 256 x bk boxes); otherwise x @ w
+  // reads w's rows along the output columns (N-major, bk x 64 boxes).
+  CUtensorMap x_load_map, x_store_map, w_map;
+  if (!encode_map(&x_load_map, kind, x, rows, n, multicast ? kBM / plan.ctas : kBM, bk) ||
+      !encode_map(&x_store_map, kind, x, rows, n, kBM, kBoxCols) ||
+      !encode_map(&w_map, kind, w, n, n, transpose ? kBN : bk, transpose ? bk : kBoxCols)) {
     return cudaErrorInvalidValue;
   }
   const int64_t row_blocks = (rows + kBM - 1) / kBM;
@@ -549,8 +611,8 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, plan.parked, stream, &attr);
   const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.parked), x_map, w_map, bias,
-                            static_cast<int>(row_blocks), static_cast<int>(n), col_tiles);
+  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.parked), x_load_map, x_store_map, w_map,
+                            bias, static_cast<int>(row_blocks), static_cast<int>(n), col_tiles, multicast);
 }
 
 }  // namespace make_inplace::kernels
