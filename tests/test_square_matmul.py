@@ -307,21 +307,21 @@ def _kernel_names(fn):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "rows,n",
-    # n: one tile, a partial tile, a partial k-step, cluster sizes 1-16 with one
-    # parked tile, and two parked tiles (n > 4096); rows: partial, single and
+    # n: one tile, a partial tile, a partial k-step, clusters of 1-16 CTAs, odd
+    # tile counts, and two tiles per CTA (n > 4096); rows: partial, single and
     # several row-blocks, and more row-blocks than clusters.
     [(1, 8), (5, 40), (127, 256), (128, 264), (129, 1000), (1000, 1024), (4097, 768), (300, 2056),
      (1025, 4096), (257, 4104), (130, 8192), (20000, 512)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
-@pytest.mark.parametrize("parked", ["auto", "2"])
-def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, parked):
+@pytest.mark.parametrize("tiles_per_cta", ["auto", "2"])
+def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_per_cta):
     """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0),
-    with the plan's choice of parked tiles per CTA and with two forced (the
-    32-deep k-step ring)."""
+    with the plan's choice of tiles per CTA and with two forced (the second
+    held in registers and written after the cluster is done with the rows)."""
     monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
-    if parked != "auto":
-        monkeypatch.setenv("MAKE_INPLACE_WGMMA_PARKED", parked)
+    if tiles_per_cta != "auto":
+        monkeypatch.setenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA", tiles_per_cta)
     x, w, b = make(rows, n, dtype, "cuda", bias=(rows % 2 == 1))
     x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
     x_extra[:rows] = x  # a sentinel row after x must not be written

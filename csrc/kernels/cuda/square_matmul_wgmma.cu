@@ -4,23 +4,30 @@
 //
 // Why clusters: every result tile of a 128-row block of x reads the whole
 // block, so nothing of the block may be written back until every tile of it
-// has been computed. A cluster of CTAs owns one row-block at a time: CTA r of
-// the cluster computes column tiles r, r + C, ... (C = CTAs per cluster) of
-// the block into shared memory, already rounded to x's dtype, and tells every
-// CTA of the cluster it is done (an mbarrier arrive over distributed shared
-// memory). A CTA's store warp writes its parked tiles over x (TMA store) once
-// all C CTAs are done with the block; meanwhile its consumers already compute
-// the cluster's next row-block. Row-blocks of different clusters are
-// disjoint, so no grid-wide barrier and no global counter are needed. The
-// widest rows it takes are 8192 elements: 32 tiles of 256 columns over a
-// cluster of 16 CTAs that park two tiles each.
+// has been computed. A cluster of C CTAs owns one row-block at a time: CTA r
+// computes column tiles r, r + C, ... of the block. Its first tile is parked
+// in shared memory, already rounded to x's dtype; with two tiles per CTA the
+// second stays in the accumulator registers. Each CTA then tells every CTA
+// of the cluster it is done with the block (an mbarrier arrive over
+// distributed shared memory). Once all C are done, the store warp writes the
+// parked tile over x (TMA store) while the consumers' next block is already
+// loading, and a held tile goes from registers straight to x. Row-blocks of
+// different clusters are disjoint, so no grid-wide barrier and no global
+// counter are needed. Two tiles per CTA halve the cluster size, which packs
+// clusters into the GPCs better (an H100 fits 7 clusters of 16 CTAs, 112
+// SMs, but 16 of 8), and reach rows of 8192 (32 tiles over 16 CTAs).
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread)
 // and the TMA stores (one thread of another warp); warpgroups 1 and 2 each
 // compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
-// accumulators in registers). Shared memory: a ring of 128 x 64 x-tiles and
-// 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma reads them),
-// then the parked result tiles (four 128 x 64 TMA boxes each).
+// accumulators in registers). Shared memory: a 3-stage ring of 128 x 64
+// x-tiles and 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma
+// reads them), then the parked tile (four 128 x 64 TMA boxes).
+//
+// Tried and dropped (H100, benchmarks/notes/square_matmul_wgmma.md): two
+// tiles parked in shared memory (a 4-stage ring of 32-deep k-steps), 5-16 %
+// slower per SM; x slices multicast over the cluster, slower at every size
+// (the cluster's CTAs then wait on one another at every k-step).
 #include "make_inplace/kernels/square_matmul_wgmma.h"
 
 #include <cuda.h>
@@ -36,38 +43,24 @@
 namespace make_inplace::kernels {
 namespace {
 
-constexpr int kBM = 128, kBN = 256;
+constexpr int kBM = 128, kBN = 256, kBK = 64;  // 64 16-bit elements: one 128-byte swizzle row
 constexpr int kThreads = 384;
-constexpr int kBoxCols = 64;                    // 128 bytes: TMA boxes of x stores and of w without transpose
-constexpr int kParkBytes = kBM * kBN * 2;       // 64 KiB
-constexpr int kMaxClusterCtas = 16;             // H100/H200 non-portable maximum
-constexpr int kMaxParked = 2;
-
-// The load ring for kParked result tiles per CTA. One parked tile leaves room
-// for 3 stages of 64-deep k-steps; two leave 96 KiB, as 4 stages of 32-deep
-// k-steps (more stages hide TMA latency better than deeper ones).
-template <int kParked>
-struct Ring {
-  static constexpr int kBK = kParked == 1 ? 64 : 32;
-  static constexpr int kStages = kParked == 1 ? 3 : 4;
-  static constexpr int kRowBytes = kBK * 2;  // a K-major operand row: the span of its swizzle
-  static constexpr int kATileBytes = kBM * kBK * 2;
-  static constexpr int kBTileBytes = kBN * kBK * 2;
-  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
-  static constexpr int kWBoxBytes = kBK * kBoxCols * 2;  // a kBK x 64 box of w (no transpose)
-  static constexpr int kSmemBytes = kStages * kStageBytes + kParked * kParkBytes + 1024 /* alignment */ +
-                                    256 /* barriers */;
-  static_assert(kSmemBytes <= 227 * 1024, "H100 shared memory per block");
-  // Swizzled boxes must start on the 1024-byte period of the swizzle pattern.
-  static_assert(kATileBytes % 1024 == 0 && kWBoxBytes % 1024 == 0 && kRowBytes % 64 == 0, "swizzle alignment");
-};
-
-constexpr int smem_bytes(int parked) { return parked == 1 ? Ring<1>::kSmemBytes : Ring<2>::kSmemBytes; }
+constexpr int kStages = 3;
+constexpr int kATileBytes = kBM * kBK * 2;        // 16 KiB
+constexpr int kBTileBytes = kBN * kBK * 2;        // 32 KiB
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kBoxCols = 64;                      // 128 bytes: the TMA box width along a row
+constexpr int kParkBytes = kBM * kBN * 2;         // 64 KiB
+constexpr int kSmemBytes = kStages * kStageBytes + kParkBytes + 1024 /* alignment */ + 256 /* barriers */;
+constexpr int kMaxClusterCtas = 16;               // H100/H200 non-portable maximum
+constexpr int kMaxTilesPerCta = 2;                // one parked, one held in registers
+static_assert(kSmemBytes <= 227 * 1024, "H100 shared memory per block");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kConsumerThreads = 256;               // warpgroups 1 and 2
-constexpr int kParkBoxBytes = kBM * kBoxCols * 2;   // a 128 x 64 box of results, 16 KiB
+constexpr int kConsumerThreads = 256;             // warpgroups 1 and 2
+constexpr int kWBoxBytes = kBK * kBoxCols * 2;    // a 64 x 64 box of w (no transpose), 8 KiB
+constexpr int kParkBoxBytes = kBM * kBoxCols * 2; // a 128 x 64 box of results, 16 KiB
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -137,17 +130,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
-// The same box lands at the same offset in every CTA of cta_mask, each
-// signalling its own barrier at bar's offset.
-__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row,
-                                                   uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row), "h"(cta_mask)
-      : "memory");
-}
-
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int col, int row) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
@@ -155,13 +137,11 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                : "memory");
 }
 
-// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
-// start address, leading and stride byte offsets, and the swizzle span in
-// bytes (128 or 64, as the TMA box that wrote it).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride, int swizzle) {
-  const uint64_t mode = swizzle == 128 ? 1 : 2;
+// A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA,
+// "Matrix Descriptor Format"): start address, leading and stride byte offsets.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(leading >> 4) << 16 |
-         static_cast<uint64_t>(stride >> 4) << 32 | mode << 62;
+         static_cast<uint64_t>(stride >> 4) << 32 | uint64_t{1} << 62;
 }
 
 #define MI_WGMMA_ACC_REGS \
@@ -262,32 +242,52 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
   }
 }
 
+// Writes a 64-row half of a result tile (plus the bias in fp32) from the
+// accumulators straight over x, within rows x n.
+template <typename Elem>
+__device__ __forceinline__ void write_tile(const float (&acc)[128], void* x, int64_t rows, int n, int64_t row0,
+                                           int64_t col0, const void* bias, int half, int warp, int lane) {
+  using W = Wgmma<Elem, 0>;
+  const int64_t row = row0 + half * 64 + warp * 16 + lane / 4;
+  uint16_t* top = static_cast<uint16_t*>(x) + row * n;
+  uint16_t* bottom = top + int64_t{8} * n;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int64_t col = col0 + i * 8 + (lane % 4) * 2;
+    if (col >= n) continue;
+    float b0 = 0.f, b1 = 0.f;
+    if (bias != nullptr) b0 = W::to_float(bias, col), b1 = W::to_float(bias, col + 1);
+    if (row < rows) *reinterpret_cast<uint32_t*>(top + col) = W::pack(acc[4 * i] + b0, acc[4 * i + 1] + b1);
+    if (row + 8 < rows) {
+      *reinterpret_cast<uint32_t*>(bottom + col) = W::pack(acc[4 * i + 2] + b0, acc[4 * i + 3] + b1);
+    }
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The column tiles CTA `rank` of a cluster of `ctas` computes in each
-// row-block: rank + t * ctas for t < kParked, while below col_tiles.
-template <typename Elem, bool kWeightKMajor, int kParked>
+// row-block: rank + t * ctas for t < kTiles, while below col_tiles. Tile 0
+// is parked in shared memory; with kTiles = 2, tile 1 is held in registers.
+template <typename Elem, bool kWeightKMajor, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1)
-    square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_load_map,
-                               const __grid_constant__ CUtensorMap x_store_map,
-                               const __grid_constant__ CUtensorMap w_map, const void* bias, int row_blocks,
-                               int n, int col_tiles, bool multicast) {
+    square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                               void* x, const void* bias, int64_t rows, int n, int col_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using R = Ring<kParked>;
-  constexpr int kStages = R::kStages, kBK = R::kBK, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the ring and parking to it.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint8_t* park = smem + kStages * kStageBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(park + kParked * kParkBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(park + kParkBytes);
   uint64_t* empty = full + kStages;
-  uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster has parked it
-  uint64_t* park_free = done + 2;    // the store warp has read the parked tiles out
+  uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster is done with it
+  uint64_t* park_free = done + 2;    // the store warp has read the parked tile out
 
   const int ctas = static_cast<int>(cluster_nctarank());
   const int rank = static_cast<int>(cluster_ctarank());
   const int cluster = blockIdx.x / ctas;
   const int clusters = gridDim.x / ctas;
+  const int row_blocks = static_cast<int>((rows + kBM - 1) / kBM);
   const int k_tiles = (n + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
   const int warp = (threadIdx.x / 32) % 4;
@@ -296,9 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 1);
-      // With multicast every consumer warp of the cluster frees the stage in
-      // every CTA: a CTA's x slice goes to all of them.
-      mbar_init(&empty[s], kConsumerThreads / 32 * (multicast ? ctas : 1));
+      mbar_init(&empty[s], kConsumerThreads / 32);
     }
     mbar_init(&done[0], ctas);
     mbar_init(&done[1], ctas);
@@ -313,32 +311,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters) {
-        for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
+        for (int t = 0; t < kTiles && rank + t * ctas < col_tiles; ++t) {
           const int c = rank + t * ctas;
           for (int kt = 0; kt < k_tiles; ++kt) {
             mbar_wait(&empty[stage], phase ^ 1);
             mbar_arrive_expect_tx(&full[stage], kStageBytes);
             uint8_t* a = smem + stage * kStageBytes;
-            uint8_t* b = a + R::kATileBytes;
-            if (multicast) {  // this CTA's slice of the x tile, to every CTA of the cluster
-              const int slice = kBM / ctas;
-              tma_load_multicast(a + rank * slice * R::kRowBytes, &x_load_map, &full[stage], kt * kBK,
-                                 rb * kBM + rank * slice, static_cast<uint16_t>((1u << ctas) - 1));
-            } else {
-              tma_load(a, &x_load_map, &full[stage], kt * kBK, rb * kBM);
-            }
+            uint8_t* b = a + kATileBytes;
+            tma_load(a, &x_map, &full[stage], kt * kBK, rb * kBM);
             if (kWeightKMajor) {  // w[c*256 + j][k]: one 256-row box
               tma_load(b, &w_map, &full[stage], kt * kBK, c * kBN);
             } else {  // w[k][c*256 + j]: four 64-column boxes
               for (int i = 0; i < kBN / kBoxCols; ++i) {
-                tma_load(b + i * R::kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
+                tma_load(b + i * kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
               }
             }
             if (++stage == kStages) stage = 0, phase ^= 1;
           }
         }
       }
-    } else if (warp == 1 && lane == 0) {  // TMA stores of whole row-blocks
+    } else if (warp == 1 && lane == 0) {  // TMA stores of the parked tiles
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
         mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
@@ -346,10 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // loads completed before its last wgmma); order those async-proxy
         // reads before the async-proxy writes below.
         asm volatile("fence.proxy.async.global;" ::: "memory");
-        for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
-          const int c = rank + t * ctas;
-          for (int i = 0; i < kBN / kBoxCols && c * kBN + i * kBoxCols < n; ++i) {
-            tma_store(&x_store_map, park + t * kParkBytes + i * kParkBoxBytes, c * kBN + i * kBoxCols, rb * kBM);
+        if (rank < col_tiles) {
+          for (int i = 0; i < kBN / kBoxCols && rank * kBN + i * kBoxCols < n; ++i) {
+            tma_store(&x_map, park + i * kParkBoxBytes, rank * kBN + i * kBoxCols, rb * kBM);
           }
         }
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -361,54 +352,57 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
-    const auto release = [&](uint64_t* bar) {
-      if (multicast) {
-        for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(bar, q);
-      } else {
-        mbar_arrive(bar);
-      }
-    };
     int stage = 0, j = 0;
     uint32_t phase = 0;
+    float acc[128];
     for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
-      for (int t = 0; t < kParked && rank + t * ctas < col_tiles; ++t) {
+      int held = -1;  // the column tile left in acc, if any
+      for (int t = 0; t < kTiles && rank + t * ctas < col_tiles; ++t) {
         const int c = rank + t * ctas;
-        float acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
         int previous = 0;
         for (int kt = 0; kt < k_tiles; ++kt) {
           mbar_wait(&full[stage], phase);
-          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * R::kRowBytes;
-          const uint32_t b = smem_u32(smem + stage * kStageBytes + R::kATileBytes);
+          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * 128;
+          const uint32_t b = smem_u32(smem + stage * kStageBytes + kATileBytes);
           asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
             // K-major operands step 16 elements (32 bytes) inside the swizzled
-            // row, 8-row groups kRowBytes * 8 apart; the N-major w steps 16
-            // rows of 128 bytes, and its 64-column boxes lie kWBoxBytes apart.
-            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 8 * R::kRowBytes, R::kRowBytes);
-            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 8 * R::kRowBytes, R::kRowBytes)
-                                                  : smem_desc(b + kk * 2048, R::kWBoxBytes, 1024, 128);
+            // row, 8-row groups 1024 bytes apart; the N-major w steps 16 rows
+            // of 128 bytes, and its 64-column boxes lie kWBoxBytes apart.
+            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 1024);
+            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 1024)
+                                                  : smem_desc(b + kk * 2048, kWBoxBytes, 1024);
             Wgmma<Elem, kWeightKMajor ? 0 : 1>::mma(acc, a_desc, b_desc, (kt | kk) != 0);
           }
           asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-          if (kt > 0 && lane == 0) release(&empty[previous]);  // its wgmmas are done
+          if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
           previous = stage;
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (lane == 0) release(&empty[previous]);
-        if (t == 0 && j > 0) mbar_wait(park_free, (j - 1) & 1);
-        park_tile<Elem>(acc, park + t * kParkBytes, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+        if (lane == 0) mbar_arrive(&empty[previous]);
+        if (t == 1) {
+          held = c;
+        } else {
+          if (j > 0) mbar_wait(park_free, (j - 1) & 1);
+          park_tile<Elem>(acc, park, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+        }
       }
-      // Make the parked tiles visible to TMA, then tell every CTA of the
+      // Make the parked tile visible to TMA, then tell every CTA of the
       // cluster (this one included) that this CTA is done with the row-block.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
       if (threadIdx.x == 128) {
         for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(&done[j & 1], q);
+      }
+      if (held >= 0) {  // wait until the whole cluster is done reading these rows
+        mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        write_tile<Elem>(acc, x, rows, n, static_cast<int64_t>(rb) * kBM, static_cast<int64_t>(held) * kBN, bias,
+                         half, warp, lane);
       }
     }
   }
@@ -419,19 +413,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const void*, int, int, int, bool);
+using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, void*, const void*, int64_t, int, int);
 
 template <typename Elem>
-KernelFn kernel_for(bool k_major, int parked) {
+KernelFn kernel_for(bool k_major, int tiles) {
   if (k_major) {
-    return parked == 1 ? square_matmul_wgmma_kernel<Elem, true, 1> : square_matmul_wgmma_kernel<Elem, true, 2>;
+    return tiles == 1 ? square_matmul_wgmma_kernel<Elem, true, 1> : square_matmul_wgmma_kernel<Elem, true, 2>;
   }
-  return parked == 1 ? square_matmul_wgmma_kernel<Elem, false, 1> : square_matmul_wgmma_kernel<Elem, false, 2>;
+  return tiles == 1 ? square_matmul_wgmma_kernel<Elem, false, 1> : square_matmul_wgmma_kernel<Elem, false, 2>;
 }
 
-KernelFn kernel_for(ScalarKind kind, bool k_major, int parked) {
-  return kind == ScalarKind::kBFloat16 ? kernel_for<__nv_bfloat16>(k_major, parked)
-                                       : kernel_for<__half>(k_major, parked);
+KernelFn kernel_for(ScalarKind kind, bool k_major, int tiles) {
+  return kind == ScalarKind::kBFloat16 ? kernel_for<__nv_bfloat16>(k_major, tiles)
+                                       : kernel_for<__half>(k_major, tiles);
 }
 
 constexpr bool kBuiltForSm90a =
@@ -464,36 +458,33 @@ EncodeTiled tensor_map_encoder() {
 }
 
 // A row-major rows x cols matrix of 16-bit elements read or written in
-// box_rows x box_cols boxes, swizzled over the box row (64 or 128 bytes);
-// zeros past the edges.
+// box_rows x 64 boxes with the 128-byte swizzle; zeros past the edges.
 bool encode_map(CUtensorMap* map, ScalarKind kind, const void* base, uint64_t rows, uint64_t cols,
-                uint32_t box_rows, uint32_t box_cols) {
-  const auto swizzle = box_cols * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+                uint32_t box_rows) {
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {cols * 2};
-  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t box[2] = {kBoxCols, box_rows};
   const cuuint32_t element_strides[2] = {1, 1};
   const auto type = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return tensor_map_encoder()(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 constexpr int kMaxDevices = 64;
-constexpr int kVariants = 8;  // kind x weight layout x parked tiles
+constexpr int kVariants = 8;  // kind x weight layout x tiles per CTA
 // 1 + co-resident clusters per (device, variant, cluster size); 0: not asked yet.
 std::atomic<int> g_active_clusters[kMaxDevices][kVariants][kMaxClusterCtas + 1];
 
-int variant_index(ScalarKind kind, bool k_major, int parked) {
-  return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (parked - 1);
+int variant_index(ScalarKind kind, bool k_major, int tiles) {
+  return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (tiles - 1);
 }
 
-cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, int parked, cudaStream_t stream,
-                                 cudaLaunchAttribute* attr) {
+cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_bytes(parked);
+  config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
   attr->id = cudaLaunchAttributeClusterDimension;
   attr->val.clusterDim.x = ctas_per_cluster;
@@ -506,18 +497,17 @@ cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, int parked, cud
 
 // How many clusters of `ctas` CTAs of this variant fit on the device at once
 // (0: none, e.g. a cluster size the device cannot schedule).
-int active_clusters(int device, ScalarKind kind, bool k_major, int parked, int ctas) {
+int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ctas) {
   if (device < 0 || device >= kMaxDevices) return 0;
-  std::atomic<int>& slot = g_active_clusters[device][variant_index(kind, k_major, parked)][ctas];
+  std::atomic<int>& slot = g_active_clusters[device][variant_index(kind, k_major, tiles)][ctas];
   const int known = slot.load();
   if (known > 0) return known - 1;
-  const KernelFn kernel = kernel_for(kind, k_major, parked);
+  const KernelFn kernel = kernel_for(kind, k_major, tiles);
   int count = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(parked)) ==
-          cudaSuccess &&
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) == cudaSuccess &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = launch_config(ctas, ctas, parked, nullptr, &attr);
+    const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, &attr);
     if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
       count = 0;
     }
@@ -528,36 +518,31 @@ int active_clusters(int device, ScalarKind kind, bool k_major, int parked, int c
 }
 
 struct Plan {
-  int parked = 0;    // result tiles each CTA holds per row-block
+  int tiles = 0;     // result tiles each CTA computes per row-block
   int ctas = 0;      // CTAs per cluster
   int clusters = 0;  // co-resident clusters
 };
 
-// One parked tile per CTA (clusters of col_tiles CTAs) when the cluster
-// fits, else two. (Clusters must fit in one GPC: an H100 fits 30 clusters of
-// 4 and 7 of 16 on its 132 SMs; two parked tiles with clusters half as large
-// still measured slower at every benchmark shape, as their load ring is
-// shallower.) MAKE_INPLACE_WGMMA_PARKED=2 forces two (tests, sweeps).
+// One tile per CTA (clusters of col_tiles CTAs) up to clusters of 8, else
+// two (clusters of ceil(col_tiles / 2)). Measured on an H100 (bf16): at
+// 16384 x 4096 two tiles on 16 clusters of 8 reach 607 TFLOP/s against 551
+// for one tile on 7 clusters of 16; at 40000 x 1024 one tile on 30 clusters
+// of 4 reaches 554 against 505 for two tiles on 66 clusters of 2 (each
+// row-block then ends with a wait for the cluster). If a cluster size
+// cannot be scheduled, the other choice is tried.
+// MAKE_INPLACE_WGMMA_TILES_PER_CTA=1 or 2 forces a choice (tests, sweeps).
 Plan plan_for(int device, ScalarKind kind, bool k_major, int64_t n) {
   const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_PARKED");
-  for (int parked = forced != nullptr && std::atoi(forced) == 2 ? 2 : 1; parked <= kMaxParked; ++parked) {
-    const int ctas = (col_tiles + parked - 1) / parked;
-    if (ctas > kMaxClusterCtas) continue;
-    const int clusters = active_clusters(device, kind, k_major, parked, ctas);
-    if (clusters > 0) return {parked, ctas, clusters};
+  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA");
+  const int only = forced != nullptr ? std::atoi(forced) : 0;
+  const int preferred = only != 0 ? only : col_tiles <= 8 ? 1 : 2;
+  for (const int tiles : {preferred, 3 - preferred}) {
+    const int ctas = (col_tiles + tiles - 1) / tiles;
+    if (tiles < 1 || tiles > kMaxTilesPerCta || ctas > kMaxClusterCtas || (only != 0 && only != tiles)) continue;
+    const int clusters = active_clusters(device, kind, k_major, tiles, ctas);
+    if (clusters > 0) return {tiles, ctas, clusters};
   }
   return {};
-}
-
-// Multicast of x slices needs every CTA of the cluster to load the same
-// k-steps (every CTA has all its tiles) and equal slices of whole 8-row
-// swizzle groups. MAKE_INPLACE_WGMMA_MULTICAST=0 turns it off (sweeps).
-bool use_multicast(const Plan& plan, int64_t n) {
-  const char* env = std::getenv("MAKE_INPLACE_WGMMA_MULTICAST");
-  if (env != nullptr && std::atoi(env) == 0) return false;
-  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  return plan.ctas > 1 && plan.ctas * plan.parked == col_tiles && kBM % plan.ctas == 0 && kBM / plan.ctas % 8 == 0;
 }
 
 bool device_is_sm90(int device) {
@@ -575,7 +560,7 @@ bool device_is_sm90(int device) {
 bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x, const void* w) {
   if (!kBuiltForSm90a) return false;
   if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
-  if (n < 8 || n % 8 != 0 || n > int64_t{kMaxClusterCtas} * kMaxParked * kBN) return false;
+  if (n < 8 || n % 8 != 0 || n > int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kBN) return false;
   if (rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0) return false;
   int device = 0;
@@ -584,7 +569,7 @@ bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, cons
     return false;
   }
   if (!device_is_sm90(device) || tensor_map_encoder() == nullptr) return false;
-  return plan_for(device, kind, false, n).parked > 0 && plan_for(device, kind, true, n).parked > 0;
+  return plan_for(device, kind, false, n).tiles > 0 && plan_for(device, kind, true, n).tiles > 0;
 }
 
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
@@ -594,25 +579,20 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
   const Plan plan = plan_for(device, kind, transpose, n);
-  const int bk = plan.parked == 1 ? Ring<1>::kBK : Ring<2>::kBK;
-  const bool multicast = use_multicast(plan, n);
-  // x is loaded in 128 x bk boxes (or a cluster's share of one, multicast)
-  // and stored in 128 x 64 ones. transpose:
-  // x @ w^T reads w's rows along k (K-major, 256 x bk boxes); otherwise x @ w
-  // reads w's rows along the output columns (N-major, bk x 64 boxes).
-  CUtensorMap x_load_map, x_store_map, w_map;
-  if (!encode_map(&x_load_map, kind, x, rows, n, multicast ? kBM / plan.ctas : kBM, bk) ||
-      !encode_map(&x_store_map, kind, x, rows, n, kBM, kBoxCols) ||
-      !encode_map(&w_map, kind, w, n, n, transpose ? kBN : bk, transpose ? bk : kBoxCols)) {
+  // x is loaded and stored in 128 x 64 boxes. transpose: x @ w^T reads w's
+  // rows along k (K-major, 256 x 64 boxes); otherwise x @ w reads w's rows
+  // along the output columns (N-major, 64 x 64 boxes).
+  CUtensorMap x_map, w_map;
+  if (!encode_map(&x_map, kind, x, rows, n, kBM) || !encode_map(&w_map, kind, w, n, n, transpose ? kBN : kBK)) {
     return cudaErrorInvalidValue;
   }
   const int64_t row_blocks = (rows + kBM - 1) / kBM;
   const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, plan.parked, stream, &attr);
+  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, stream, &attr);
   const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.parked), x_load_map, x_store_map, w_map,
-                            bias, static_cast<int>(row_blocks), static_cast<int>(n), col_tiles, multicast);
+  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.tiles), x_map, w_map, x, bias, rows,
+                            static_cast<int>(n), col_tiles);
 }
 
 }  // namespace make_inplace::kernels
