@@ -49,7 +49,30 @@ def _jit_build() -> str:
         file=sys.stderr,
     )
     defines = ["-DMAKE_INPLACE_WITH_CUDA"] if with_cuda else []
+    arch_list = _jit_arch_list() if with_cuda else None
+    if with_cuda and _sources.has_sm90a(arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST", "")):
+        defines.append("-DMAKE_INPLACE_SM90A")
     name = "make_inplace_jit_cuda" if with_cuda else "make_inplace_jit_cpu"
+    if arch_list is not None:  # only set for this build: the variable was unset
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
+    try:
+        _load(cpp_extension, name, sources, defines, with_cuda)
+    finally:
+        if arch_list is not None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+    return os.path.join(cpp_extension._get_build_directory(name, verbose=False), f"{name}.so")
+
+
+def _jit_arch_list() -> str | None:
+    """The visible GPUs' architectures with Hopper as sm_90a (the wgmma square
+    matmul), when TORCH_CUDA_ARCH_LIST does not say; None leaves torch's choice."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():
+        return None
+    caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    return ";".join(f"{major}.{minor}" + ("a" if (major, minor) == (9, 0) else "") for major, minor in caps)
+
+
+def _load(cpp_extension, name, sources, defines, with_cuda) -> None:
     cpp_extension.load(
         name=name,
         sources=sources,
@@ -61,7 +84,6 @@ def _jit_build() -> str:
         is_python_module=False,
         verbose=False,
     )
-    return os.path.join(cpp_extension._get_build_directory(name, verbose=False), f"{name}.so")
 
 
 def load() -> str:
