@@ -342,3 +342,18 @@ def test_cuda_wgmma_kernel_runs_by_default(rows, n, dtype):
     assert ours.allocated == 0 and ours.reserved == 0, ours
     w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
     assert "square_matmul_wgmma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w))
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_wgmma_kernel_declines_misaligned_x(monkeypatch, dtype):
+    """TMA needs 16-byte aligned rows: an x at a 2-byte offset takes another kernel, still correct."""
+    monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
+    rows, n = 4096, 1024
+    storage = torch.randn(rows * n + 1, dtype=dtype, device="cuda")
+    x = storage[1:].view(rows, n)
+    w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
+    expected = reference(x, w, None, False)
+    names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0))
+    assert "square_matmul_wgmma" not in names, names
+    assert relative_error(x, expected) < TOL[dtype]

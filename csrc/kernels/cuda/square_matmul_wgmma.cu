@@ -15,7 +15,7 @@
 // different clusters are disjoint, so no grid-wide barrier and no global
 // counter are needed. Two tiles per CTA halve the cluster size, which packs
 // clusters into the GPCs better (an H100 fits 7 clusters of 16 CTAs, 112
-// SMs, but 16 of 8), and reach rows of 8192 (32 tiles over 16 CTAs).
+// SMs, but 15 of 8, 120), and reach rows of 8192 (32 tiles over 16 CTAs).
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread)
 // and the TMA stores (one thread of another warp); warpgroups 1 and 2 each
@@ -525,7 +525,7 @@ struct Plan {
 
 // One tile per CTA (clusters of col_tiles CTAs) up to clusters of 8, else
 // two (clusters of ceil(col_tiles / 2)). Measured on an H100 (bf16): at
-// 16384 x 4096 two tiles on 16 clusters of 8 reach 607 TFLOP/s against 551
+// 16384 x 4096 two tiles on 15 clusters of 8 reach 607 TFLOP/s against 551
 // for one tile on 7 clusters of 16; at 40000 x 1024 one tile on 30 clusters
 // of 4 reaches 554 against 505 for two tiles on 66 clusters of 2 (each
 // row-block then ends with a wait for the cluster). If a cluster size
