@@ -315,10 +315,12 @@ def _kernel_names(fn):
 )
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("tiles_per_cta", ["auto", "2"])
-def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_per_cta):
+@pytest.mark.parametrize("workspace_bytes", [0, 4 << 20], ids=["clusters", "counters"])
+def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_per_cta, workspace_bytes):
     """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0),
     with the plan's choice of tiles per CTA and with two forced (the second
-    held in registers and written after the cluster is done with the rows)."""
+    held in registers and written once the row-block is free), in both modes:
+    clusters (no workspace) and per-row-block counters (a 4 MiB bound)."""
     monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
     if tiles_per_cta != "auto":
         monkeypatch.setenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA", tiles_per_cta)
@@ -328,7 +330,9 @@ def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_
     sentinel = x_extra[rows].clone()
     view = x_extra[:rows]
     expected = reference(view, w, b, transpose)
-    names = _kernel_names(lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=0))
+    names = _kernel_names(
+        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
+    )
     assert "square_matmul_wgmma" in names, names
     assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
     assert torch.equal(x_extra[rows], sentinel)
@@ -336,12 +340,18 @@ def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_
 
 @requires_hopper
 @pytest.mark.parametrize("rows,n,dtype", [(40000, 1024, torch.bfloat16), (16384, 4096, torch.float16), (65536, 768, torch.bfloat16)])
-def test_cuda_wgmma_kernel_runs_by_default(rows, n, dtype):
-    """The benchmark shapes in 16-bit types take the Hopper kernel in the default mode, with no allocation."""
-    x, ours, _ = _memory_case(rows, n, dtype, None)
-    assert ours.allocated == 0 and ours.reserved == 0, ours
+@pytest.mark.parametrize("workspace_bytes", [None, 0])
+def test_cuda_wgmma_kernel_runs_at_the_benchmark_shapes(rows, n, dtype, workspace_bytes):
+    """The benchmark shapes in 16-bit types take the Hopper kernel: the default mode
+    allocates only its row-block counters (within the bound), workspace_bytes=0 nothing."""
+    x, ours, _ = _memory_case(rows, n, dtype, workspace_bytes)
+    if workspace_bytes == 0:
+        assert ours.allocated == 0 and ours.reserved == 0, ours
+    else:
+        bound = min(x.nbytes // 16, 64 << 20)
+        assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
     w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
-    assert "square_matmul_wgmma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w))
+    assert "square_matmul_wgmma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace_bytes))
 
 
 @requires_hopper

@@ -296,9 +296,19 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   const int64_t tiles = (rows + 127) / 128 * ((n + 255) / 256);
   if (tiles >= env_int("MAKE_INPLACE_WGMMA_MIN_TILES", kWgmmaMinTiles) &&
       kernels::square_matmul_wgmma_supports(kind, rows, n, x.const_data_ptr(), w.matrix.const_data_ptr())) {
-    C10_CUDA_CHECK(kernels::square_matmul_wgmma(kind, x.data_ptr(), w.matrix.const_data_ptr(),
-                                                has_bias ? bias->const_data_ptr() : nullptr, rows, n,
-                                                w.transpose, stream));
+    // With a bound of 2 MiB or more, a counter per row-block (at most 1 MiB,
+    // from the small pool's 2 MiB segments) lets plain CTAs fill every SM;
+    // otherwise clusters own the row-blocks and nothing is allocated.
+    // MAKE_INPLACE_WGMMA_COUNTERS=0 forces the clusters (sweeps).
+    at::Tensor counters;
+    const int64_t counter_bytes = kernels::square_matmul_wgmma_counter_bytes(rows);
+    if (workspace_bound(x, workspace_bytes) >= 2 * kMiB && counter_bytes <= kSmallBlockBytes &&
+        env_int("MAKE_INPLACE_WGMMA_COUNTERS", 1) != 0) {
+      counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
+    }
+    C10_CUDA_CHECK(kernels::square_matmul_wgmma(
+        kind, x.data_ptr(), w.matrix.const_data_ptr(), has_bias ? bias->const_data_ptr() : nullptr, rows, n,
+        w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr));
     return;
   }
 

@@ -122,6 +122,21 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity
       : "memory");
 }
 
+// Row-block counters in global memory (the counted mode): a CTA adds 1 when
+// it is done with the block; the block may be written once all have.
+__device__ __forceinline__ void count_done(uint32_t* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
+__device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t target) {
+  uint32_t seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= target) break;
+    __nanosleep(64);
+  }
+}
+
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
@@ -272,7 +287,8 @@ __device__ __forceinline__ void write_tile(const float (&acc)[128], void* x, int
 template <typename Elem, bool kWeightKMajor, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1)
     square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                               void* x, const void* bias, int64_t rows, int n, int col_tiles) {
+                               void* x, const void* bias, int64_t rows, int n, int col_tiles,
+                               uint32_t* counters, int group_ctas) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the ring and parking to it.
@@ -283,8 +299,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster is done with it
   uint64_t* park_free = done + 2;    // the store warp has read the parked tile out
 
-  const int ctas = static_cast<int>(cluster_nctarank());
-  const int rank = static_cast<int>(cluster_ctarank());
+  // Counted mode: groups of group_ctas consecutive CTAs stand in for
+  // clusters, and per-row-block counters for the cluster barriers.
+  const bool counted = counters != nullptr;
+  const int ctas = counted ? group_ctas : static_cast<int>(cluster_nctarank());
+  const int rank = counted ? static_cast<int>(blockIdx.x) % ctas : static_cast<int>(cluster_ctarank());
   const int cluster = blockIdx.x / ctas;
   const int clusters = gridDim.x / ctas;
   const int row_blocks = static_cast<int>((rows + kBM - 1) / kBM);
@@ -333,7 +352,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (warp == 1 && lane == 0) {  // TMA stores of the parked tiles
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
-        mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        if (counted) {
+          wait_count(counters + rb, ctas);
+        } else {
+          mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        }
         // Every CTA of the cluster has consumed this row-block's x (its TMA
         // loads completed before its last wgmma); order those async-proxy
         // reads before the async-proxy writes below.
@@ -397,10 +420,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
       if (threadIdx.x == 128) {
-        for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(&done[j & 1], q);
+        if (counted) {
+          count_done(counters + rb);
+        } else {
+          for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(&done[j & 1], q);
+        }
       }
       if (held >= 0) {  // wait until the whole cluster is done reading these rows
-        mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        if (counted) {
+          wait_count(counters + rb, ctas);
+        } else {
+          mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
+        }
         write_tile<Elem>(acc, x, rows, n, static_cast<int64_t>(rb) * kBM, static_cast<int64_t>(held) * kBN, bias,
                          half, warp, lane);
       }
@@ -413,7 +444,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, void*, const void*, int64_t, int, int);
+using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, void*, const void*, int64_t, int, int, uint32_t*,
+                          int);
 
 template <typename Elem>
 KernelFn kernel_for(bool k_major, int tiles) {
@@ -480,23 +512,32 @@ int variant_index(ScalarKind kind, bool k_major, int tiles) {
   return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (tiles - 1);
 }
 
-cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, cudaStream_t stream, cudaLaunchAttribute* attr) {
+// A launch of clusters of ctas_per_cluster CTAs, or (cooperative, for the
+// counted mode) of plain CTAs that are all resident at once.
+cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, cudaStream_t stream, cudaLaunchAttribute* attr,
+                                 bool cooperative = false) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = ctas_per_cluster;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
+  if (cooperative) {
+    attr->id = cudaLaunchAttributeCooperative;
+    attr->val.cooperative = 1;
+  } else {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = ctas_per_cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+  }
   config.attrs = attr;
   config.numAttrs = 1;
   return config;
 }
 
 // How many clusters of `ctas` CTAs of this variant fit on the device at once
-// (0: none, e.g. a cluster size the device cannot schedule).
+// (0: none, e.g. a cluster size the device cannot schedule). ctas = 0 asks
+// instead how many plain CTAs fit (the counted mode's cooperative grid).
 int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ctas) {
   if (device < 0 || device >= kMaxDevices) return 0;
   std::atomic<int>& slot = g_active_clusters[device][variant_index(kind, k_major, tiles)][ctas];
@@ -506,10 +547,18 @@ int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ct
   int count = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) == cudaSuccess &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, &attr);
-    if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
-      count = 0;
+    if (ctas == 0) {
+      int per_sm = 0, sms = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes) == cudaSuccess &&
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
+        count = per_sm * sms;
+      }
+    } else {
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, &attr);
+      if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
+        count = 0;
+      }
     }
   }
   (void)cudaGetLastError();
@@ -572,13 +621,16 @@ bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, cons
   return plan_for(device, kind, false, n).tiles > 0 && plan_for(device, kind, true, n).tiles > 0;
 }
 
+int64_t square_matmul_wgmma_counter_bytes(int64_t rows) {
+  return (rows + kBM - 1) / kBM * static_cast<int64_t>(sizeof(uint32_t));
+}
+
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
-                                int64_t n, bool transpose, cudaStream_t stream) {
+                                int64_t n, bool transpose, cudaStream_t stream, uint32_t* counters) {
   if (!square_matmul_wgmma_supports(kind, rows, n, x, w)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
-  const Plan plan = plan_for(device, kind, transpose, n);
   // x is loaded and stored in 128 x 64 boxes. transpose: x @ w^T reads w's
   // rows along k (K-major, 256 x 64 boxes); otherwise x @ w reads w's rows
   // along the output columns (N-major, 64 x 64 boxes).
@@ -587,12 +639,30 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
     return cudaErrorInvalidValue;
   }
   const int64_t row_blocks = (rows + kBM - 1) / kBM;
-  const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, stream, &attr);
   const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  cudaLaunchAttribute attr;
+
+  // Counted mode: groups of col_tiles CTAs (one tile each; two with
+  // MAKE_INPLACE_WGMMA_TILES_PER_CTA=2) fill every SM, where clusters must
+  // fit in a GPC and leave some idle.
+  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA");
+  const int counted_tiles = forced != nullptr && std::atoi(forced) == 2 ? 2 : 1;
+  const int group = (col_tiles + counted_tiles - 1) / counted_tiles;
+  const int resident = counters != nullptr ? active_clusters(device, kind, transpose, counted_tiles, 0) : 0;
+  if (counters != nullptr && resident >= group) {
+    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_wgmma_counter_bytes(rows), stream);
+    if (zeroed != cudaSuccess) return zeroed;
+    const int groups = static_cast<int>(std::min<int64_t>(resident / group, row_blocks));
+    const cudaLaunchConfig_t config = launch_config(1, groups * group, stream, &attr, /*cooperative=*/true);
+    return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, counted_tiles), x_map, w_map, x, bias, rows,
+                              static_cast<int>(n), col_tiles, counters, group);
+  }
+
+  const Plan plan = plan_for(device, kind, transpose, n);
+  const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
+  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.tiles), x_map, w_map, x, bias, rows,
-                            static_cast<int>(n), col_tiles);
+                            static_cast<int>(n), col_tiles, static_cast<uint32_t*>(nullptr), 0);
 }
 
 }  // namespace make_inplace::kernels

@@ -23,11 +23,23 @@ namespace make_inplace::kernels {
 bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x,
                                   const void* w);
 
+// Bytes of device memory for square_matmul_wgmma's counted mode: one
+// counter per 128-row block.
+int64_t square_matmul_wgmma_counter_bytes(int64_t rows);
+
 // x, w, bias (may be null) are row-major and contiguous; w is n x n. The bias
 // is added in fp32 before rounding. Launches one kernel on `stream` and
 // returns its launch error (cudaErrorNotSupported for a case that
 // square_matmul_wgmma_supports rejects, before anything is written).
+//
+// counters null: clusters own the row-blocks (no device memory at all).
+// Otherwise square_matmul_wgmma_counter_bytes(rows) bytes of device memory,
+// which it zeroes on `stream`: a cooperative grid of plain CTAs in groups
+// that own the row-blocks and meet on per-block counters. That fills every
+// SM, where clusters, which must fit in one GPC, leave 8-20 of an H100's 132
+// idle.
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias,
-                                int64_t rows, int64_t n, bool transpose, cudaStream_t stream);
+                                int64_t rows, int64_t n, bool transpose, cudaStream_t stream,
+                                uint32_t* counters = nullptr);
 
 }  // namespace make_inplace::kernels
