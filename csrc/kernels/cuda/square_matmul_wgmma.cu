@@ -1,6 +1,7 @@
-// The Hopper zero-workspace square matmul for 16-bit types: x[rows, n] <-
-// x @ w (+ bias), or x @ w^T with transpose, on wgmma tensor cores fed by TMA,
-// using no device memory beyond x, w and bias.
+// The Hopper square matmul for 16-bit types: x[rows, n] <- x @ w (+ bias),
+// or x @ w^T with transpose, on wgmma tensor cores fed by TMA, using no
+// device memory beyond x, w and bias (cluster mode) or one counter per
+// 128-row block (counted mode).
 //
 // Why clusters: every result tile of a 128-row block of x reads the whole
 // block, so nothing of the block may be written back until every tile of it
@@ -16,6 +17,11 @@
 // counter are needed. Two tiles per CTA halve the cluster size, which packs
 // clusters into the GPCs better (an H100 fits 7 clusters of 16 CTAs, 112
 // SMs, but 15 of 8, 120), and reach rows of 8192 (32 tiles over 16 CTAs).
+//
+// Counted mode: clusters must fit in a GPC and leave SMs idle. Given a
+// counter per row-block, a cooperative grid of plain CTAs (all resident)
+// fills every SM instead: groups of consecutive CTAs play the clusters, and
+// "done" is an add to the row-block's counter, awaited with acquire loads.
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread)
 // and the TMA stores (one thread of another warp); warpgroups 1 and 2 each
