@@ -295,7 +295,8 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   const auto stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t tiles = (rows + 127) / 128 * ((n + 255) / 256);
   if (tiles >= env_int("MAKE_INPLACE_WGMMA_MIN_TILES", kWgmmaMinTiles) &&
-      kernels::square_matmul_wgmma_supports(kind, rows, n, x.const_data_ptr(), w.matrix.const_data_ptr())) {
+      kernels::square_matmul_wgmma_supports(kind, rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(),
+                                            w.transpose)) {
     // With a bound of 2 MiB or more, a counter per row-block (at most 1 MiB,
     // from the small pool's 2 MiB segments) lets plain CTAs fill every SM;
     // otherwise clusters own the row-blocks and nothing is allocated.

@@ -46,6 +46,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "make_inplace/kernels/sm90_sync.cuh"
+
 namespace make_inplace::kernels {
 namespace {
 
@@ -68,65 +70,11 @@ constexpr int kConsumerThreads = 256;             // warpgroups 1 and 2
 constexpr int kWBoxBytes = kBK * kBoxCols * 2;    // a 64 x 64 box of w (no transpose), 8 KiB
 constexpr int kParkBoxBytes = kBM * kBoxCols * 2; // a 128 x 64 box of results, 16 KiB
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t cluster_nctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-               : "memory");
-}
-
-// Arrive on the barrier at the same offset in CTA `cta` of the cluster.
-__device__ __forceinline__ void mbar_arrive_in_cta(uint64_t* bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_u32(bar)),
-      "r"(cta)
-      : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-// Waits with cluster scope: the arrivals came from other CTAs of the cluster.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n@!done bra WAIT_%=;\n}" ::"r"(
-          smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
+using sm90::cluster_sync;
+using sm90::mbar_arrive;
+using sm90::mbar_arrive_expect_tx;
+using sm90::mbar_wait;
+using sm90::shared_address;
 
 // Row-block counters in global memory (the counted mode): a CTA adds 1 when
 // it is done with the block; the block may be written once all have.
@@ -143,18 +91,44 @@ __device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t tar
   }
 }
 
+// How the CTAs owning a row-block tell one another they are done reading it:
+// mbarriers over distributed shared memory (a cluster) or a counter per
+// row-block in global memory (the counted mode). j counts this CTA's
+// row-blocks; the two barriers alternate by its parity.
+struct BlockDone {
+  uint64_t* bars;      // [2], cluster mode
+  uint32_t* counters;  // null in cluster mode
+  int ctas;
+
+  __device__ __forceinline__ void arrive(int rb, int j) const {  // one thread per CTA
+    if (counters != nullptr) {
+      count_done(counters + rb);
+    } else {
+      for (int q = 0; q < ctas; ++q) sm90::mbar_arrive_in_cta(&bars[j & 1], q);
+    }
+  }
+
+  __device__ __forceinline__ void wait(int rb, int j) const {
+    if (counters != nullptr) {
+      wait_count(counters + rb, ctas);
+    } else {
+      mbar_wait<true>(&bars[j & 1], (j >> 1) & 1);
+    }
+  }
+};
+
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-          smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(row)
+          shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(bar)), "r"(col), "r"(row)
       : "memory");
 }
 
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* src, int col, int row) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
-               "r"(smem_u32(src)), "r"(col), "r"(row)
+               "r"(shared_address(src)), "r"(col), "r"(row)
                : "memory");
 }
 
@@ -249,7 +223,7 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
                                           int64_t col0, int n, int half, int warp, int lane) {
   using W = Wgmma<Elem, 0>;
   const int row = half * 64 + warp * 16 + lane / 4;
-  const uint32_t base = smem_u32(tile) + row * 128 + (lane % 4) * 4;
+  const uint32_t base = shared_address(tile) + row * 128 + (lane % 4) * 4;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int64_t col = col0 + i * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
@@ -308,8 +282,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Counted mode: groups of group_ctas consecutive CTAs stand in for
   // clusters, and per-row-block counters for the cluster barriers.
   const bool counted = counters != nullptr;
-  const int ctas = counted ? group_ctas : static_cast<int>(cluster_nctarank());
-  const int rank = counted ? static_cast<int>(blockIdx.x) % ctas : static_cast<int>(cluster_ctarank());
+  const int ctas = counted ? group_ctas : static_cast<int>(sm90::cluster_size());
+  const int rank = counted ? static_cast<int>(blockIdx.x) % ctas : static_cast<int>(sm90::cluster_rank());
+  const BlockDone block_done{done, counters, ctas};
   const int cluster = blockIdx.x / ctas;
   const int clusters = gridDim.x / ctas;
   const int row_blocks = static_cast<int>((rows + kBM - 1) / kBM);
@@ -320,13 +295,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerThreads / 32);
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], kConsumerThreads / 32);
     }
-    mbar_init(&done[0], ctas);
-    mbar_init(&done[1], ctas);
-    mbar_init(park_free, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    sm90::mbar_init(&done[0], ctas);
+    sm90::mbar_init(&done[1], ctas);
+    sm90::mbar_init(park_free, 1);
+    sm90::mbar_init_fence();
   }
   cluster_sync();  // no CTA arrives on another's barriers before they exist
 
@@ -358,11 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (warp == 1 && lane == 0) {  // TMA stores of the parked tiles
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
-        if (counted) {
-          wait_count(counters + rb, ctas);
-        } else {
-          mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
-        }
+        block_done.wait(rb, j);
         // Every CTA of the cluster has consumed this row-block's x (its TMA
         // loads completed before its last wgmma); order those async-proxy
         // reads before the async-proxy writes below.
@@ -393,8 +364,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         int previous = 0;
         for (int kt = 0; kt < k_tiles; ++kt) {
           mbar_wait(&full[stage], phase);
-          const uint32_t a = smem_u32(smem + stage * kStageBytes) + half * 64 * 128;
-          const uint32_t b = smem_u32(smem + stage * kStageBytes + kATileBytes);
+          const uint32_t a = shared_address(smem + stage * kStageBytes) + half * 64 * 128;
+          const uint32_t b = shared_address(smem + stage * kStageBytes + kATileBytes);
           asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -425,19 +396,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // cluster (this one included) that this CTA is done with the row-block.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-      if (threadIdx.x == 128) {
-        if (counted) {
-          count_done(counters + rb);
-        } else {
-          for (int q = 0; q < ctas; ++q) mbar_arrive_in_cta(&done[j & 1], q);
-        }
-      }
+      if (threadIdx.x == 128) block_done.arrive(rb, j);
       if (held >= 0) {  // wait until the whole cluster is done reading these rows
-        if (counted) {
-          wait_count(counters + rb, ctas);
-        } else {
-          mbar_wait_cluster(&done[j & 1], (j >> 1) & 1);
-        }
+        block_done.wait(rb, j);
         write_tile<Elem>(acc, x, rows, n, static_cast<int64_t>(rb) * kBM, static_cast<int64_t>(held) * kBN, bias,
                          half, warp, lane);
       }
@@ -612,7 +573,8 @@ bool device_is_sm90(int device) {
 
 }  // namespace
 
-bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x, const void* w) {
+bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x, const void* w,
+                                  bool transpose) {
   if (!kBuiltForSm90a) return false;
   if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
   if (n < 8 || n % 8 != 0 || n > int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kBN) return false;
@@ -624,7 +586,7 @@ bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, cons
     return false;
   }
   if (!device_is_sm90(device) || tensor_map_encoder() == nullptr) return false;
-  return plan_for(device, kind, false, n).tiles > 0 && plan_for(device, kind, true, n).tiles > 0;
+  return plan_for(device, kind, transpose, n).tiles > 0;
 }
 
 int64_t square_matmul_wgmma_counter_bytes(int64_t rows) {
@@ -633,7 +595,7 @@ int64_t square_matmul_wgmma_counter_bytes(int64_t rows) {
 
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
                                 int64_t n, bool transpose, cudaStream_t stream, uint32_t* counters) {
-  if (!square_matmul_wgmma_supports(kind, rows, n, x, w)) return cudaErrorNotSupported;
+  if (!square_matmul_wgmma_supports(kind, rows, n, x, w, transpose)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();

@@ -19,9 +19,9 @@ namespace make_inplace::kernels {
 // device is compute capability 9.0; kind is float16 or bfloat16; n is a
 // multiple of 8 and at most 8192 (a 128-row block of results must fit in one
 // cluster's shared memory); x and w are 16-byte aligned (TMA); rows < 2^31.
-// The first call per device sets the kernels' attributes.
+// The first call per device and weight layout sets the kernels' attributes.
 bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x,
-                                  const void* w);
+                                  const void* w, bool transpose);
 
 // Bytes of device memory for square_matmul_wgmma's counted mode: one
 // counter per 128-row block.

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "make_inplace/kernels/rowwise_cuda.cuh"
+#include "make_inplace/kernels/sm90_sync.cuh"
 
 namespace make_inplace::kernels::staged {
 
@@ -195,23 +196,9 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
 
 #ifdef MAKE_INPLACE_STAGED_ROWS
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-// Every thread of both CTAs: what each wrote to shared memory (local or the
-// peer's) before it is visible to the other after it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+using sm90::cluster_rank;
+using sm90::cluster_sync;
+using sm90::shared_address;
 
 // Where a split row's reductions meet: two rounds of two slots (one per
 // CTA), alternating, so a round's slots are written again only after the
@@ -257,10 +244,8 @@ class RowRing {
   // Every thread calls this once; thread 0 sets up the barriers and fills the ring.
   __device__ void start() {
     if (threadIdx.x == 0) {
-      for (int s = 0; s < plan_.slots; ++s) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bars_ + s)));
-      }
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      for (int s = 0; s < plan_.slots; ++s) sm90::mbar_init(bars_ + s, 1);
+      sm90::mbar_init_fence();
       for (int64_t p = 0; p < plan_.slots; ++p) issue(p);
     }
     __syncthreads();
@@ -269,18 +254,7 @@ class RowRing {
   // Piece j of the CTA's row li, once its copy has landed.
   __device__ const T* wait(int64_t li, int j) const {
     const int64_t p = li * plan_.pieces + j;
-    const uint32_t bar = shared_address(bars_ + p % plan_.slots);
-    const uint32_t parity = static_cast<uint32_t>((p / plan_.slots) & 1);
-    uint32_t done = 0;
-    while (!done) {
-      asm volatile(
-          "{\n .reg .pred ready;\n"
-          " mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
-          " selp.u32 %0, 1, 0, ready;\n}"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
-    }
+    sm90::mbar_wait(bars_ + p % plan_.slots, static_cast<uint32_t>((p / plan_.slots) & 1));
     return landed(li, j);
   }
 
@@ -316,15 +290,14 @@ class RowRing {
     const int64_t row = first_row_ + li * row_step_;
     if (row >= rows_) return;
     const uint32_t bytes = static_cast<uint32_t>(piece_elems(j) * sizeof(T));
-    const uint32_t bar = shared_address(bars_ + p % plan_.slots);
+    uint64_t* bar = bars_ + p % plan_.slots;
     const T* src = x_ + row * stride_ + static_cast<int64_t>(j) * plan_.slot_elems;
     T* dst = data_ + (p % plan_.slots) * static_cast<int64_t>(plan_.slot_elems);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
+    sm90::mbar_arrive_expect_tx(bar, bytes);
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             shared_address(dst)),
-        "l"(src), "r"(bytes), "r"(bar)
+        "l"(src), "r"(bytes), "r"(shared_address(bar))
         : "memory");
   }
 
