@@ -3,8 +3,9 @@
 Pairs torch (eager, and torch.compile on CUDA) with make_inplace at the same
 shapes in pytest-benchmark, one group per (op, dtype, shape), so
 ``pytest benchmarks --benchmark-only --benchmark-group-by=group`` prints them
-side by side. Each entry's ``extra_info`` holds the GPU time from CUDA events
-(median), throughput against the card's ceiling, and the peak extra memory
+side by side. Each entry's ``extra_info`` holds the GPU time per call from CUDA events
+(median, host launch time not counted: ``measure.time_ms``), throughput
+against the card's ceiling, and the peak extra memory
 (``max_memory_reserved`` / ``max_memory_allocated``) of one call measured from
 a cold allocator as DESIGN.md describes.
 

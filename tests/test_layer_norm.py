@@ -39,7 +39,7 @@ def affine(shape, device, dtype, kind):
         return None, None
     w = torch.randn(shape, device=device, dtype=dtype)
     b = torch.randn(shape, device=device, dtype=dtype)
-    return (w, None) if kind == "weight" else (w, b)
+    return {"weight": (w, None), "bias": (None, b)}.get(kind, (w, b))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -63,8 +63,10 @@ def test_widths_match_torch(device, dtype, width, kind):
 # dtype, a last piece cut short (40008), and more rows than the persistent grid
 # has CTAs; the shorter ones check the register kernels around the threshold.
 # Rows too long for one CTA's ring are split over a cluster of two CTAs that
-# combine their halves' reductions: 65536 (float32), 73744 (halves with a short
-# last piece) and 98304; float64 rows that long stream through global memory.
+# combine their halves' moments: 65536 (float32), 73744 (halves with a short
+# last piece) and 98304 (float32, and 16-bit types); float64 rows that long
+# stream through global memory. The four weight/bias combinations are four
+# kernels; rows offset far from zero check the one-pass moments.
 STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
 
 
@@ -72,9 +74,12 @@ STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("width", STAGED_WIDTHS)
 @pytest.mark.parametrize("rows", [1, 1500])
-@pytest.mark.parametrize("kind", ["none", "affine"])
-def test_cuda_staged_rows_match_torch(dtype, width, rows, kind):
-    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3 + 1.5
+@pytest.mark.parametrize("kind", ["none", "weight", "bias", "affine"])
+@pytest.mark.parametrize("offset", [1.5, 1000.0])
+def test_cuda_staged_rows_match_torch(dtype, width, rows, kind, offset):
+    if offset != 1.5 and (rows != 1500 or kind != "affine"):
+        pytest.skip("far-from-zero rows: one case per dtype and width")
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3 + offset
     w, b = affine((width,), "cuda", dtype, kind)
     expected = reference(x, (width,), w, b)
     _, mean_ref, rstd_ref = torch.ops.aten.native_layer_norm(x.double(), [width], None, None, 1e-5)

@@ -7,17 +7,24 @@
 // up to 32 elements per thread take layer_norm_rows_plain_kernel (each element
 // converted once, packed pairs). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
-// the write in the second; in place, no workspace. Rows of 32 KiB to 160 KiB
+// the write in the second; in place, no workspace. Rows of 32 KiB and more
 // (16-byte aligned, sm_90) are staged through a ring of shared-memory slots
-// by bulk copies instead (staged_rows.cuh): one read and one write, the
-// same corrected two-pass statistics, next rows loading meanwhile.
+// by bulk copies instead (staged_rows.cuh): one read and one write, next rows
+// loading meanwhile. For 16-bit types and float32 the staged statistics take
+// one pass (moments.cuh) and rows longer than a ring (float32 from about
+// 51200 columns) are split over a 2-CTA cluster; float64 keeps the corrected
+// two-pass statistics and rows of up to one ring.
 // Backward: grad_input row by row in two passes (row sums, then write);
 // grad_weight / grad_bias as column sums over row chunks into a float
 // workspace, then a final sum over the chunks.
 #include "make_inplace/kernels/layer_norm.h"
+#include "make_inplace/kernels/moments.cuh"
 #include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/staged_rows.cuh"
+
+#include <cstdlib>
+#include <type_traits>
 
 namespace make_inplace::kernels {
 namespace {
@@ -28,6 +35,12 @@ constexpr int kLongThreads = 512;
 constexpr int kColTile = 32;    // columns per CTA in the grad_weight/bias sums
 constexpr int kColRows = 8;     // row lanes per CTA there
 constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
+
+// A switch for comparisons, read per call.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
 
 // Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
 template <typename T, int VEC, int NV>
@@ -255,6 +268,89 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
     }
     ring.release(li);
   }
+#endif
+}
+
+// Rows staged in shared memory for 16-bit types and float (double keeps
+// layer_norm_staged_kernel): the statistics in one pass over the pieces as
+// they land (moments.cuh), then the write pass from the slots. Whether w
+// and b are given are template parameters, so the write pass has no
+// branches. A row too long for one ring is split over a 2-CTA cluster
+// (plan.split == 2): each CTA stages and writes its half, and the halves'
+// moments meet through distributed shared memory.
+template <typename T, bool HAS_W, bool HAS_B>
+__global__ void __launch_bounds__(staged::kMaxThreads)
+    layer_norm_staged_moments_kernel(T* __restrict__ x, const T* __restrict__ w,
+                                     const T* __restrict__ b, int64_t rows, int64_t n,
+                                     float inv_n, float eps, float* __restrict__ mean_out,
+                                     float* __restrict__ rstd_out, staged::Plan plan) {
+#ifdef MAKE_INPLACE_STAGED_ROWS
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int F = kFloatsPerVector<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float scratch[96];
+  __shared__ staged::PairMoments exchange;  // split rows only
+  int round = 0;
+  const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
+  const int64_t cluster = blockIdx.x / plan.split, clusters = gridDim.x / plan.split;
+  staged::RowRing<T> ring(smem, x + part_base, rows, n, plan, cluster, clusters);
+  ring.start();
+  if (plan.split == 2) staged::cluster_sync();  // the peer runs before any remote store
+  const int step = static_cast<int>(blockDim.x) * VEC;
+  const T* wp = HAS_W ? w + part_base : nullptr;
+  const T* bp = HAS_B ? b + part_base : nullptr;
+  for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
+    const int64_t row = cluster + li * clusters;
+    Moments m;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.wait(li, j);
+      const int count = ring.piece_elems(j);
+#pragma unroll 2
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        float f[F];
+        unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+        m.add<F>(f);
+      }
+    }
+    m = block_moments(m, scratch);
+    if (plan.split == 2) m = staged::pair_moments(m, &exchange, &round);
+    const float mean = m.mean;
+    const float rstd = rsqrtf(m.m2 * inv_n + eps);
+    T* out = x + row * n + part_base;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.landed(li, j);
+      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+      const int count = ring.piece_elems(j);
+#pragma unroll 2
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        float f[F], wf[F], bf[F];
+        unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+        if constexpr (HAS_W) unpack_vector<T>(*reinterpret_cast<const V*>(wp + base + c), wf);
+        if constexpr (HAS_B) unpack_vector<T>(*reinterpret_cast<const V*>(bp + base + c), bf);
+#pragma unroll
+        for (int e = 0; e < F; ++e) {
+          const float y = (f[e] - mean) * rstd;  // not an FMA of x: exact for x near mean
+          if constexpr (HAS_W && HAS_B) {
+            f[e] = fmaf(y, wf[e], bf[e]);
+          } else if constexpr (HAS_W) {
+            f[e] = y * wf[e];
+          } else if constexpr (HAS_B) {
+            f[e] = y + bf[e];
+          } else {
+            f[e] = y;
+          }
+        }
+        store_vec(out + base + c, pack_vector<T, V>(f));
+      }
+    }
+    if (threadIdx.x == 0 && part_base == 0) {
+      if (mean_out != nullptr) mean_out[row] = mean;
+      if (rstd_out != nullptr) rstd_out[row] = rstd;
+    }
+    ring.release(li);
+  }
+  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
 #endif
 }
 
@@ -529,8 +625,21 @@ template <typename T, int VEC>
 cudaError_t forward_staged(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<T> eps,
                            acc_t<T>* mean, acc_t<T>* rstd, const staged::Plan& plan,
                            cudaStream_t stream) {
-  return staged::launch_persistent(layer_norm_staged_kernel<T, VEC>, plan, rows, stream, x, w, b,
-                                   rows, n, eps, mean, rstd, plan);
+  if constexpr (sizeof(T) == 8) {
+    return staged::launch_persistent(layer_norm_staged_kernel<T, VEC>, plan, rows, stream, x, w,
+                                     b, rows, n, eps, mean, rstd, plan);
+  } else {
+    const auto launch = [&](auto has_w, auto has_b) {
+      return staged::launch_persistent(
+          layer_norm_staged_moments_kernel<T, decltype(has_w)::value, decltype(has_b)::value>,
+          plan, rows, stream, x, w, b, rows, n, 1.0f / static_cast<float>(n), eps, mean, rstd,
+          plan);
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (w != nullptr) return b != nullptr ? launch(Yes{}, Yes{}) : launch(Yes{}, No{});
+    return b != nullptr ? launch(No{}, Yes{}) : launch(No{}, No{});
+  }
 }
 
 template <typename T, int VEC>
@@ -538,10 +647,12 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
                         acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
   if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
     staged::Plan plan;
-    // Never split: halves over a cluster measured slower for layer norm on an
-    // H100 (float32 (1024, 65536): 1.47-1.55 TB/s vs 1.83 streaming through
-    // global memory).
-    if (staged::plan_rows(n, sizeof(T), /*allow_split=*/false, &plan)) {
+    // Rows too long for one ring are split over a cluster by the moments
+    // kernel (not float64's): on an H100, float32 (1024, 65536) 2.24 TB/s
+    // against 1.89 streaming through global memory (MAKE_INPLACE_LN_SPLIT=0,
+    // for such comparisons). With 512 threads, bf16 (1024, 65536) ran at 1.85.
+    const bool split = sizeof(T) < 8 && env_int("MAKE_INPLACE_LN_SPLIT", 1) != 0;
+    if (staged::plan_rows(n, sizeof(T), split, &plan)) {
       if (plan.pieces >= 4) plan.threads = staged::kMaxThreads;
       return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
     }

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "make_inplace/kernels/moments.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
@@ -226,6 +227,38 @@ __device__ __forceinline__ float pair_reduce(float v, PairExchange* ex, int* rou
   }
   cluster_sync();
   return op(slot[0], slot[1]);
+}
+
+// A split row's statistics meet the same way: each CTA stores its moments
+// (moments.cuh) in both CTAs' slot for its rank, and after the cluster
+// barrier both merge rank 0's and then rank 1's, so both get the same bits.
+struct PairMoments {
+  float slots[2][2][3];  // [round][rank][n, mean, M2]
+};
+
+__device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments& m,
+                                                         PairMoments* ex, int* round) {
+  float (*slot)[3] = ex->slots[*round & 1];
+  *round += 1;
+  if (threadIdx.x == 0) {
+    const unsigned me = cluster_rank();
+    const float v[3] = {m.n, m.mean, m.m2};
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      slot[me][k] = v[k];
+      uint32_t remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                   : "=r"(remote)
+                   : "r"(shared_address(&slot[me][k])), "r"(me ^ 1u));
+      asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v[k]))
+                   : "memory");
+    }
+  }
+  cluster_sync();
+  rowwise::Moments r;
+  r.merge(slot[0][0], slot[0][1], slot[0][2]);
+  r.merge(slot[1][0], slot[1][1], slot[1][2]);
+  return r;
 }
 
 // The ring of one CTA over rows first_row, first_row + row_step, ... of x.
