@@ -302,6 +302,11 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
   const T* bp = HAS_B ? b + part_base : nullptr;
   for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
     const int64_t row = cluster + li * clusters;
+    // Moments of x - shift, the part's first element: the mean is then
+    // shift + m.mean, two floats, and x - mean keeps the accuracy of the
+    // corrected two-pass formula on rows far from zero (as one float, the
+    // mean of a float32 row near 1000 is off by up to 3e-5).
+    float shift = to_acc(ring.wait(li, 0)[0]);
     Moments m;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.wait(li, j);
@@ -310,12 +315,14 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
       for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
         float f[F];
         unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+#pragma unroll
+        for (int e = 0; e < F; ++e) f[e] -= shift;
         m.add<F>(f);
       }
     }
     m = block_moments(m, scratch);
-    if (plan.split == 2) m = staged::pair_moments(m, &exchange, &round);
-    const float mean = m.mean;
+    if (plan.split == 2) m = staged::pair_moments(m, &shift, &exchange, &round);
+    const float mean = m.mean;  // of x - shift
     const float rstd = rsqrtf(m.m2 * inv_n + eps);
     T* out = x + row * n + part_base;
     for (int j = 0; j < plan.pieces; ++j) {
@@ -330,7 +337,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
         if constexpr (HAS_B) unpack_vector<T>(*reinterpret_cast<const V*>(bp + base + c), bf);
 #pragma unroll
         for (int e = 0; e < F; ++e) {
-          const float y = (f[e] - mean) * rstd;  // not an FMA of x: exact for x near mean
+          const float y = ((f[e] - shift) - mean) * rstd;
           if constexpr (HAS_W && HAS_B) {
             f[e] = fmaf(y, wf[e], bf[e]);
           } else if constexpr (HAS_W) {
@@ -345,7 +352,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
       }
     }
     if (threadIdx.x == 0 && part_base == 0) {
-      if (mean_out != nullptr) mean_out[row] = mean;
+      if (mean_out != nullptr) mean_out[row] = shift + mean;
       if (rstd_out != nullptr) rstd_out[row] = rstd;
     }
     ring.release(li);
@@ -647,12 +654,19 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
                         acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
   if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
     staged::Plan plan;
-    // Rows too long for one ring are split over a cluster by the moments
-    // kernel (not float64's): on an H100, float32 (1024, 65536) 2.24 TB/s
-    // against 1.89 streaming through global memory (MAKE_INPLACE_LN_SPLIT=0,
-    // for such comparisons). With 512 threads, bf16 (1024, 65536) ran at 1.85.
+    // The moments kernel (not float64's) splits rows over a 2-CTA cluster:
+    // rows too long for one ring (H100, float32 (1024, 65536): 2.24 TB/s
+    // against 1.89 streaming through global memory), and rows of four or
+    // more slots whose halves fit a ring, so that two CTAs share an SM and
+    // one's loads overlap the other's stores (bf16 (1024, 65536): 2.26 against
+    // 2.17 with one 1024-thread CTA per row; 1.85 with 512 threads).
+    // MAKE_INPLACE_LN_SPLIT=0 turns splitting off, for comparisons.
     const bool split = sizeof(T) < 8 && env_int("MAKE_INPLACE_LN_SPLIT", 1) != 0;
     if (staged::plan_rows(n, sizeof(T), split, &plan)) {
+      staged::Plan halves;
+      if (split && plan.split == 1 && plan.pieces >= 4 && staged::plan_halves(n, sizeof(T), &halves)) {
+        plan = halves;
+      }
       if (plan.pieces >= 4) plan.threads = staged::kMaxThreads;
       return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
     }

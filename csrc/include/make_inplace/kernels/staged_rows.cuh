@@ -132,6 +132,15 @@ inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
   return true;
 }
 
+// A plan that splits rows of n elements in halves over a 2-CTA cluster, or
+// false when the halves would not start 16-byte aligned or not fit a ring.
+inline bool plan_halves(int64_t n, int elem, Plan* plan) {
+  if (n % 2 != 0 || (n * elem) % 32 != 0 || !plan_rows(n / 2, elem, false, plan)) return false;
+  plan->split = 2;
+  plan->part = n / 2;
+  return true;
+}
+
 // Launches a persistent staged kernel: as many CTAs as fit on the GPU at
 // once (whole clusters of plan.split), at most plan.split per row. The
 // shared-memory opt-in and the occupancy query run once per kernel, device
@@ -230,21 +239,23 @@ __device__ __forceinline__ float pair_reduce(float v, PairExchange* ex, int* rou
 }
 
 // A split row's statistics meet the same way: each CTA stores its moments
-// (moments.cuh) in both CTAs' slot for its rank, and after the cluster
-// barrier both merge rank 0's and then rank 1's, so both get the same bits.
+// (moments.cuh) of x - shift, its own shift, in both CTAs' slot for its
+// rank, and after the cluster barrier both merge rank 0's and then rank 1's
+// moved to rank 0's shift, so both get the same bits. *shift becomes rank
+// 0's shift.
 struct PairMoments {
-  float slots[2][2][3];  // [round][rank][n, mean, M2]
+  float slots[2][2][4];  // [round][rank][n, mean, M2, shift]
 };
 
-__device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments& m,
+__device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments& m, float* shift,
                                                          PairMoments* ex, int* round) {
-  float (*slot)[3] = ex->slots[*round & 1];
+  float (*slot)[4] = ex->slots[*round & 1];
   *round += 1;
   if (threadIdx.x == 0) {
     const unsigned me = cluster_rank();
-    const float v[3] = {m.n, m.mean, m.m2};
+    const float v[4] = {m.n, m.mean, m.m2, *shift};
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 4; ++k) {
       slot[me][k] = v[k];
       uint32_t remote;
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
@@ -257,7 +268,8 @@ __device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments&
   cluster_sync();
   rowwise::Moments r;
   r.merge(slot[0][0], slot[0][1], slot[0][2]);
-  r.merge(slot[1][0], slot[1][1], slot[1][2]);
+  r.merge(slot[1][0], slot[1][1] + (slot[1][3] - slot[0][3]), slot[1][2]);
+  *shift = slot[0][3];
   return r;
 }
 
