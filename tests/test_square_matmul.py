@@ -213,104 +213,16 @@ def test_cuda_large(dtype, rows, n, workspace_bytes):
 @pytest.mark.parametrize(
     "rows,n,dtype,workspace_bytes",
     [
-        (263160, 1024, torch.bfloat16, 4 << 20),  # 4 blocks of 510 rows: more sub-panels than one pointer run holds
+        (262144, 1024, torch.bfloat16, 4 << 20),  # 4 blocks of 510 rows: more sub-panels than one pointer run holds
         (16391, 2048, torch.float16, 6 << 20),  # 6 blocks; the last panel has 4 full blocks and a partial one
         (65536, 1030, torch.bfloat16, None),  # rows not 16-byte multiples: unaligned sub-panels, element-wise copy
         (40000, 1024, torch.float32, None),  # fp32, 8 blocks of 255 rows
-        (132600, 1024, torch.float32, 8 << 20),  # fp32, 8 blocks of 255 rows: more sub-panels than a run holds
     ],
 )
 def test_cuda_small_block_panels(rows, n, dtype, workspace_bytes):
-    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB).
-    The cases with more sub-panels than a pointer run holds have rows that
-    fill whole panels of full blocks, with one workspace group or two, so the
-    equal panels keep every block full (a fuller block leaves a shorter run)."""
+    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB)."""
     x, w, b = make(rows, n, dtype, "cuda", bias=True)
     check(x, w, b, transpose=(n % 2 == 0), workspace_bytes=workspace_bytes)
-
-
-def _panel_groups(rows, n, itemsize, workspace_bytes, streams):
-    """How many workspace groups (streams) the panel route runs: plan_panels
-    and panel_square_matmul's rule, for the bounds the tests below use."""
-    mib = 1 << 20
-    if workspace_bytes >= 10 * mib:
-        return 1  # one buffer, one block
-    blocks = min(2 * (workspace_bytes // (2 * mib)), 32)
-    rows_per_block = min((mib - 4096) // (n * itemsize), rows)
-    blocks = min(blocks, -(-rows // rows_per_block))
-    return 2 if streams >= 2 and blocks >= 2 and rows > rows_per_block * blocks else 1
-
-
-# rows: one row, fewer rows than a block, a few panels, many; bias and
-# transpose rotate through the (rows, n) pairs, and n = 256 takes one GEMM per
-# block (MAKE_INPLACE_PANEL_BATCHED=0). The bound per rows: 10 MiB (one
-# buffer) for a single row, whose 1 MiB blocks would leave cuBLAS's tiles too
-# empty for the panel route; 2 MiB (two blocks: one per group) and 4 MiB (four:
-# two per group, batched GEMMs). Two groups run at (255, 1024) in fp64,
-# (1000, 1024) and (4097, 256 or 1024).
-PANEL_STREAM_CASES = [
-    (rows, n, bias, transpose, n != 256, {1: 10 << 20, 255: 2 << 20, 1000: 2 << 20, 4097: 4 << 20}[rows])
-    for i, (rows, n) in enumerate(itertools.product([1, 255, 1000, 4097], [33, 256, 1024]))
-    for bias, transpose in [[(False, False), (True, False), (False, True), (True, True)][i % 4]]
-]
-
-
-@requires_cuda
-@pytest.mark.parametrize("streams", [1, 2])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("rows,n,bias,transpose,batched,workspace_bytes", PANEL_STREAM_CASES)
-def test_cuda_panel_streams(monkeypatch, streams, dtype, rows, n, bias, transpose, batched, workspace_bytes):
-    """The panel route with one workspace group on the current stream and with
-    two (one on a side stream), equal panels, every shape class; rows past x
-    are not written."""
-    monkeypatch.setenv("MAKE_INPLACE_PANEL_STREAMS", str(streams))
-    monkeypatch.setenv("MAKE_INPLACE_PANEL_MIN_TILES", "0")  # panels even where they leave the GPU idle
-    monkeypatch.setenv("MAKE_INPLACE_PANEL_BATCHED", "1" if batched else "0")
-    x, w, b = make(rows, n, dtype, "cuda", bias=bias)
-    x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
-    x_extra[:rows] = x
-    sentinel = x_extra[rows].clone()
-    view = x_extra[:rows]
-    expected = reference(view, w, b, transpose)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
-        torch.cuda.synchronize()
-    copies = [e for e in prof.events() if "copy_blocks_kernel" in e.name]
-    assert copies, " ".join(e.name for e in prof.events())  # the panel route ran
-    groups = _panel_groups(rows, n, x.element_size(), workspace_bytes, streams)
-    assert len({e.device_resource_id for e in copies}) == groups, [e.device_resource_id for e in copies]
-    assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
-    assert torch.equal(x_extra[rows], sentinel)
-
-
-@requires_cuda
-@pytest.mark.parametrize("streams", [1, 2])
-def test_cuda_panel_streams_order_on_the_current_stream(monkeypatch, streams):
-    """With a side stream, the call is still ordered on the caller's current
-    stream: it starts after a slow producer of x queued there, and work queued
-    there right after it, without synchronizing, sees the result: reads of x,
-    writes over x, and new allocations that reuse the freed workspace blocks."""
-    monkeypatch.setenv("MAKE_INPLACE_PANEL_STREAMS", str(streams))
-    rows, n, workspace_bytes = 8192, 1024, 8 << 20  # 8 blocks of 255 rows; two groups of 4: 9 panels of 912 rows
-    assert _panel_groups(rows, n, 4, workspace_bytes, streams) == streams
-    x, w, b = make(rows, n, torch.float32, "cuda", bias=True)
-    source = torch.randn_like(x)
-    expected = reference(source, w, b, False)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        torch.cuda._sleep(50_000_000)  # x's producer is still pending when the call is queued
-        x.copy_(source)
-        make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace_bytes)
-        # 1 MiB tensors reuse the workspace blocks just freed to this stream's pool;
-        # filling them must wait for the side stream's GEMMs and copies.
-        junk = [torch.full((1 << 18,), float("nan"), device="cuda") for _ in range(8)]
-        snapshot = x.clone()
-        x.zero_()  # a write after the call must land after the side stream's copies
-    stream.synchronize()
-    del junk
-    assert relative_error(snapshot, expected) < TOL[torch.float32], relative_error(snapshot, expected)
-    assert not x.any()
 
 
 @requires_cuda

@@ -1,19 +1,10 @@
 // square_matmul_ on CUDA. Two ways to write x <- x @ W over x:
 //  * panels: for each panel of rows, cuBLAS writes panel @ W into workspace
 //    blocks, then a copy kernel moves the results over the panel (adding the
-//    bias). With two blocks or more and more than one panel, the blocks form
-//    two groups, each with its own stream (the current one and a pool
-//    stream) running GEMM, copy, GEMM, ... for every other panel: the two
-//    streams' kernels co-run (cuBLAS's fp32 kernels leave room on the SMs),
-//    so one group's copy and GEMM tail overlap the other group's GEMM. An
-//    earlier split (259b390) measured slower on an H100 in bf16, fp16 and
-//    fp32 (benchmarks/results/h100/sweep_square_matmul_panels.txt): it kept
-//    every GEMM on the current stream and put every copy on a side stream
-//    behind them, with event waits between the streams at each panel, so a
-//    copy overlapped only a GEMM that left SMs free (the 16-bit kernels fill
-//    them) and the half-size GEMMs still ran one after another. Here each
-//    half has its own GEMMs too, and the streams meet only at the start and
-//    the end. Measurements: see benchmarks/notes/square_matmul_panels.md.
+//    bias), on the current stream. (Two halves with the copy of one on a side
+//    stream under the GEMM of the other measured slower on an H100: the copy
+//    kernel finds no free SM while the GEMM runs, and half-size GEMMs fill
+//    the GPU less; benchmarks/results/h100/sweep_square_matmul_panels.txt.)
 //  * fused: one kernel that holds results on chip until the rows they
 //    replace are consumed (no workspace at all): wgmma on Hopper for 16-bit
 //    types (square_matmul_wgmma), mma.sync/FFMA/DFMA elsewhere
@@ -193,136 +184,11 @@ class NoReducedPrecisionReduction {
   cublasMath_t saved_;
 };
 
-// Binds the shared cuBLAS handle to one group's stream before that group's
-// GEMMs. The current stream goes back to torch's own settings through
-// getCurrentCUDABlasHandle(), which re-sets the stream and torch's workspace
-// for (handle, current stream), and resets the math mode, so the mode the
-// GEMMs run with is set again after it. A side stream gets no workspace:
-// making it current and asking torch for the handle would allocate a new
-// workspace of several MiB from the caching allocator (keyed by handle and
-// stream), beyond the workspace bound, and sharing the current stream's one
-// would race between the streams. The destructor (exceptions included) leaves
-// the handle on the current stream as torch set it up.
-class PanelBlasBinding {
- public:
-  // handle: from getCurrentCUDABlasHandle(), still on the current stream.
-  PanelBlasBinding(cublasHandle_t handle, cublasMath_t math) : handle_(handle), math_(math) {}
-  PanelBlasBinding(const PanelBlasBinding&) = delete;
-  PanelBlasBinding& operator=(const PanelBlasBinding&) = delete;
-  ~PanelBlasBinding() {
-    if (side_ == nullptr) return;
-    try {
-      at::cuda::getCurrentCUDABlasHandle();
-    } catch (const std::exception& e) {
-      TORCH_WARN("square_matmul_: could not give the cuBLAS handle back to the current stream: ", e.what());
-    }
-  }
-
-  void bind_current() {
-    if (side_ == nullptr) return;
-    TORCH_INTERNAL_ASSERT(at::cuda::getCurrentCUDABlasHandle() == handle_);
-    side_ = nullptr;
-    TORCH_CUDABLAS_CHECK(cublasSetMathMode(handle_, math_));
-  }
-
-  void bind_side(cudaStream_t side) {
-    if (side_ == side) return;
-    side_ = side;
-    // cublasSetStream also puts back cuBLAS's own default workspace, shared
-    // by every stream of the handle; no workspace at all replaces it.
-    TORCH_CUDABLAS_CHECK(cublasSetStream(handle_, side));
-    TORCH_CUDABLAS_CHECK(cublasSetWorkspace(handle_, nullptr, 0));
-  }
-
- private:
-  cublasHandle_t handle_;
-  cublasMath_t math_;
-  cudaStream_t side_ = nullptr;  // the side stream bound now, null: the current stream
-};
-
-// A side stream whose work is ordered, to the caller, as if it ran on the
-// current stream: it first waits for everything already queued there (x's
-// producer, earlier users of the workspace's memory), and join() (or the
-// destructor, when an exception skipped it) makes the current stream wait for
-// all of the side stream's work.
-class ForkedStream {
- public:
-  ForkedStream(cudaStream_t current, cudaStream_t side) : current_(current), side_(side) {
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    const cudaError_t err = order(current_, side_);
-    if (err != cudaSuccess) {
-      (void)cudaEventDestroy(event_);
-      C10_CUDA_CHECK(err);
-    }
-  }
-  ForkedStream(const ForkedStream&) = delete;
-  ForkedStream& operator=(const ForkedStream&) = delete;
-  ~ForkedStream() {
-    if (!joined_) C10_CUDA_CHECK_WARN(order(side_, current_));
-    C10_CUDA_CHECK_WARN(cudaEventDestroy(event_));
-  }
-
-  void join() {
-    joined_ = true;
-    C10_CUDA_CHECK(order(side_, current_));
-  }
-
- private:
-  // `later` runs what is queued on it after this point only once what is
-  // queued on `earlier` so far is done (the wait takes the event as recorded
-  // at the time of the call, so one event serves both directions).
-  cudaError_t order(cudaStream_t earlier, cudaStream_t later) {
-    const cudaError_t err = cudaEventRecord(event_, earlier);
-    return err != cudaSuccess ? err : cudaStreamWaitEvent(later, event_, 0);
-  }
-
-  cudaStream_t current_, side_;
-  cudaEvent_t event_ = nullptr;
-  bool joined_ = false;
-};
-
-// One group of workspace blocks and the stream that runs its panels.
-struct PanelGroup {
-  cudaStream_t stream = nullptr;
-  bool side = false;  // on the side stream, else on the current stream
-  std::vector<char*> block;
-  // The batched GEMM's device pointer arrays, in the tail of block[0]: the
-  // weight once per block, every block, then the x pointers of a run of
-  // sub-panels, rewritten when a panel goes past the run. The writes, the
-  // GEMMs that read them and the copies are all on the group's stream, so a
-  // rewrite never overtakes a GEMM still reading the previous run.
-  const void** w_array = nullptr;
-  void** out_array = nullptr;
-  const void** x_array = nullptr;
-  int64_t x_run_first = 0, x_run_capacity = 0, x_run_count = 0;
-};
-
 void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
                          const std::optional<at::Tensor>& bias, int64_t rows,
                          int64_t n, const PanelPlan& plan) {
   const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
-  // Two groups of blocks, each with its own stream, take the panels in turn,
-  // so one group's copy and GEMM tail run beside the other's GEMM. They need
-  // two blocks and more than one panel's worth of rows (with fewer, one
-  // panel in one GEMM does better). MAKE_INPLACE_PANEL_STREAMS=1 (sweeps)
-  // keeps one group on the current stream.
-  const int groups = plan.blocks >= 2 && rows > plan.panel_rows() &&
-                             env_int("MAKE_INPLACE_PANEL_STREAMS", 2) >= 2
-                         ? 2
-                         : 1;
-  const int group_blocks = plan.blocks / groups;  // an odd block is left out
-  // Equal panels: the fewest panels that plan.rows_per_block allows, then the
-  // fewest rows per block r that still covers x in that many, so no panel
-  // ends in an extra small GEMM; only the last panel can come out short (by
-  // fewer rows than there are sub-panels).
-  const int64_t panels = (rows + plan.rows_per_block * group_blocks - 1) /
-                         (plan.rows_per_block * group_blocks);
-  const int64_t r = (rows + panels * group_blocks - 1) / (panels * group_blocks);
-  const int64_t panel_rows = r * group_blocks;
-  const int64_t sub_panels = (rows + r - 1) / r;
-  const int64_t sub_panel_bytes = r * row_bytes;
-
-  const int blocks = groups * group_blocks;
+  const int blocks = plan.blocks;
   const auto byte_options = x.options().dtype(at::kByte);
   std::vector<at::Tensor> storage;
   std::vector<char*> block(blocks);
@@ -342,98 +208,76 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
   const PanelGemm gemm = make_panel_gemm(w, x.scalar_type(), n);
   std::optional<NoReducedPrecisionReduction> fp32_sums;
   if (x.element_size() == 2) fp32_sums.emplace(gemm.handle);
-  cublasMath_t math;
-  TORCH_CUDABLAS_CHECK(cublasGetMathMode(gemm.handle, &math));
   // MAKE_INPLACE_PANEL_BATCHED=0 (for comparisons): one GEMM per block.
-  const bool batched = group_blocks > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
+  const bool batched = blocks > 1 && env_int("MAKE_INPLACE_PANEL_BATCHED", 1) != 0;
 
-  std::vector<PanelGroup> group(groups);
-  for (int g = 0; g < groups; ++g) {
-    group[g].block.assign(block.begin() + g * group_blocks, block.begin() + (g + 1) * group_blocks);
-    group[g].stream = main.stream();
-  }
-  // The workspace tensors are freed on the host when this function returns,
-  // to the allocator's pool of the current stream, while group 1's kernels
-  // may still be running on the side stream. That is safe without
-  // recordStream: the current stream waits for the side stream (join below,
-  // or ForkedStream's destructor on an exception, which runs before
-  // `storage` is destroyed), so whatever reuses the memory next on the
-  // current stream, or on a stream that waits for it, runs after them.
-  std::optional<ForkedStream> fork;
-  if (groups > 1) {
-    auto side = c10::cuda::getStreamFromPool(false, x.device().index());
-    // The pool hands out its streams in turn, so the current stream (when it
-    // came from the pool too) can come back: the next one is another.
-    if (side == main) side = c10::cuda::getStreamFromPool(false, x.device().index());
-    group[1].stream = side.stream();
-    group[1].side = true;
-    fork.emplace(main.stream(), side.stream());
-  }
-  PanelBlasBinding blas(gemm.handle, math);
-
+  // Pointer arrays for the batched GEMM, in block 0's tail, written by a
+  // small kernel (no host staging): the weight once per block, every block, then
+  // the x pointers of a run of sub-panels (rows_per_block rows each),
+  // rewritten when a panel goes past the run. The writes and the GEMMs are
+  // all on the main stream, so a rewrite never overtakes a GEMM still
+  // reading the previous run.
+  const void** w_array = nullptr;
+  void** out_array = nullptr;
+  const void** x_array = nullptr;
+  int64_t x_run_first = 0, x_run_capacity = 0, x_run_count = 0;
   const char* x_bytes = static_cast<const char*>(x.const_data_ptr());
-  auto write_x_run = [&](PanelGroup& g, const void** dst, const PanelBlocks& fixed,
-                         int fixed_count, int64_t first_sub_panel) {
-    g.x_run_first = first_sub_panel;
-    g.x_run_count = std::min(g.x_run_capacity, sub_panels - first_sub_panel);
+  const int64_t sub_panel_bytes = plan.rows_per_block * row_bytes;
+  auto write_x_run = [&](const void** dst, const PanelBlocks& fixed, int fixed_count,
+                         int64_t first_sub_panel) {
+    const int64_t total = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
+    x_run_first = first_sub_panel;
+    x_run_count = std::min(x_run_capacity, total - first_sub_panel);
     C10_CUDA_CHECK(kernels::write_panel_pointers(dst, fixed, fixed_count,
                                                  x_bytes + first_sub_panel * sub_panel_bytes,
-                                                 sub_panel_bytes, g.x_run_count, g.stream));
+                                                 sub_panel_bytes, x_run_count, main.stream()));
   };
   if (batched) {
     const int64_t tail_offset = (sub_panel_bytes + 15) / 16 * 16;
     const int64_t capacity = (plan.block_bytes - tail_offset) / static_cast<int64_t>(sizeof(void*));
-    TORCH_INTERNAL_ASSERT(2 * group_blocks <= PanelBlocks::kMax && capacity >= 3 * group_blocks);
-    for (PanelGroup& g : group) {
-      char* tail = g.block[0] + tail_offset;
-      g.w_array = reinterpret_cast<const void**>(tail);
-      g.out_array = reinterpret_cast<void**>(tail + group_blocks * sizeof(void*));
-      g.x_array = reinterpret_cast<const void**>(tail + 2 * group_blocks * sizeof(void*));
-      g.x_run_capacity = capacity - 2 * group_blocks;
-      PanelBlocks fixed{};
-      for (int b = 0; b < group_blocks; ++b) fixed.ptr[b] = gemm.w, fixed.ptr[group_blocks + b] = g.block[b];
-      write_x_run(g, g.w_array, fixed, 2 * group_blocks, 0);
-    }
+    TORCH_INTERNAL_ASSERT(2 * blocks <= PanelBlocks::kMax && capacity >= 3 * blocks);
+    char* tail = block[0] + tail_offset;
+    w_array = reinterpret_cast<const void**>(tail);
+    out_array = reinterpret_cast<void**>(tail + blocks * sizeof(void*));
+    x_array = reinterpret_cast<const void**>(tail + 2 * blocks * sizeof(void*));
+    x_run_capacity = capacity - 2 * blocks;
+    PanelBlocks fixed{};
+    for (int b = 0; b < blocks; ++b) fixed.ptr[b] = gemm.w, fixed.ptr[blocks + b] = block[b];
+    write_x_run(w_array, fixed, 2 * blocks, 0);
   }
 
   const bool has_bias = bias.has_value() && bias->defined();
   const auto kind = scalar_kind(x.scalar_type());
-  int64_t p = 0;
-  for (int64_t start = 0; start < rows; start += panel_rows, ++p) {
-    PanelGroup& g = group[p % groups];
-    if (g.side) {
-      blas.bind_side(g.stream);
-    } else {
-      blas.bind_current();
-    }
+  const int64_t panel_rows = plan.panel_rows();
+  for (int64_t start = 0; start < rows; start += panel_rows) {
     const int64_t count = std::min(panel_rows, rows - start);
-    const int64_t full = count / r;
-    const int64_t rest = count % r;
-    const int64_t first_sub_panel = start / r;
+    const int64_t full = count / plan.rows_per_block;
+    const int64_t rest = count % plan.rows_per_block;
+    const int64_t first_sub_panel = start / plan.rows_per_block;
     if (batched && full > 1) {
-      if (first_sub_panel + full > g.x_run_first + g.x_run_count) {
-        write_x_run(g, g.x_array, PanelBlocks{}, 0, first_sub_panel);
+      if (first_sub_panel + full > x_run_first + x_run_count) {
+        write_x_run(x_array, PanelBlocks{}, 0, first_sub_panel);
       }
-      gemm.batched(g.w_array, g.x_array + (first_sub_panel - g.x_run_first), g.out_array, r,
-                   static_cast<int>(full));
+      gemm.batched(w_array, x_array + (first_sub_panel - x_run_first), out_array,
+                   plan.rows_per_block, static_cast<int>(full));
     } else {
-      for (int64_t b = 0; b < full; ++b) gemm.one(x_bytes + (start + b * r) * row_bytes, g.block[b], r);
+      for (int64_t b = 0; b < full; ++b) {
+        gemm.one(x_bytes + (start + b * plan.rows_per_block) * row_bytes, block[b],
+                 plan.rows_per_block);
+      }
     }
-    if (rest > 0) gemm.one(x_bytes + (start + full * r) * row_bytes, g.block[full], rest);
+    if (rest > 0) gemm.one(x_bytes + (start + full * plan.rows_per_block) * row_bytes, block[full], rest);
 
     // The GEMM above is done with the panel's rows before this copy, on the
-    // same stream, overwrites them; the group's next GEMM reuses the blocks
-    // after it. The other group's panels touch other rows and other blocks.
+    // same stream, overwrites them; the next GEMM reuses the blocks after it.
     PanelBlocks blocks_of_panel{};
     const int used = static_cast<int>(full + (rest > 0 ? 1 : 0));
-    for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = g.block[b];
+    for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = block[b];
     C10_CUDA_CHECK(kernels::copy_panel_blocks(
-        kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used, r,
-        count, n, has_bias ? bias->const_data_ptr() : nullptr, g.stream));
+        kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used,
+        plan.rows_per_block, count, n, has_bias ? bias->const_data_ptr() : nullptr,
+        main.stream()));
   }
-  TORCH_INTERNAL_ASSERT(p == panels);
-  blas.bind_current();
-  if (fork) fork->join();
 }
 
 void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
