@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
     // corrected two-pass formula on rows far from zero (as one float, the
     // mean of a float32 row near 1000 is off by up to 3e-5).
     float shift = to_acc(ring.wait(li, 0)[0]);
-    Moments m;
+    Moments<float> m;
     for (int j = 0; j < plan.pieces; ++j) {
       const T* piece = ring.wait(li, j);
       const int count = ring.piece_elems(j);
@@ -361,41 +361,6 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
 #endif
 }
 
-// Welford statistics of a set of values: count, mean, sum of squared deviations.
-template <typename A>
-struct Moments {
-  A count, mean, m2;
-};
-
-// Chan et al.'s pairwise merge.
-template <typename A>
-__device__ __forceinline__ Moments<A> merge(Moments<A> a, Moments<A> b) {
-  const A count = a.count + b.count;
-  if (count == A(0)) return a;
-  const A delta = b.mean - a.mean;
-  const A fb = b.count / count;
-  return {count, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.count * fb};
-}
-
-template <typename A>
-__device__ __forceinline__ Moments<A> shfl_xor(Moments<A> v, int offset) {
-  return {__shfl_xor_sync(0xffffffffu, v.count, offset),
-          __shfl_xor_sync(0xffffffffu, v.mean, offset),
-          __shfl_xor_sync(0xffffffffu, v.m2, offset)};
-}
-
-// Merges the moments of every thread of the CTA; all threads get the result.
-template <typename A>
-__device__ Moments<A> block_moments(Moments<A> v, Moments<A>* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v = merge(v, shfl_xor(v, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : Moments<A>{0, 0, 0};
-  for (int offset = 16; offset > 0; offset /= 2) v = merge(v, shfl_xor(v, offset));
-  return v;
-}
-
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kLongThreads)
     layer_norm_long_kernel(T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
@@ -403,29 +368,25 @@ __global__ void __launch_bounds__(kLongThreads)
                            acc_t<T>* __restrict__ rstd_out) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
-  __shared__ Moments<A> scratch[32];
+  __shared__ A scratch[96];
   const int64_t row = row0 + blockIdx.x;
   T* p = x + row * n;
   const int64_t step = static_cast<int64_t>(blockDim.x) * VEC;
-  Moments<A> mine{0, 0, 0};
+  // Moments of x - shift, the row's first element: the mean is shift + mean,
+  // two values, exact to A's precision on rows far from zero too.
+  const A shift = to_acc(p[0]);
+  Moments<A> mine;
   // Unrolled so each thread has several independent loads in flight.
 #pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
     const V in = *reinterpret_cast<const V*>(p + col);
-    A s = 0;
+    A v[VEC];
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) s += to_acc(in.v[e]);
-    const A cm = s / VEC;
-    A m2 = 0;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const A d = to_acc(in.v[e]) - cm;
-      m2 += d * d;
-    }
-    mine = merge(mine, Moments<A>{A(VEC), cm, m2});
+    for (int e = 0; e < VEC; ++e) v[e] = to_acc(in.v[e]) - shift;
+    mine.template add<VEC>(v);
   }
   const Moments<A> all = block_moments(mine, scratch);
-  const A mean = all.mean;
+  const A mean = all.mean;  // of x - shift
   const A rstd = rsqrt_acc(all.m2 / static_cast<A>(n) + eps);
 #pragma unroll 4
   for (int64_t col = static_cast<int64_t>(threadIdx.x) * VEC; col < n; col += step) {
@@ -435,7 +396,7 @@ __global__ void __launch_bounds__(kLongThreads)
     if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      A v = (to_acc(in.v[e]) - mean) * rstd;
+      A v = ((to_acc(in.v[e]) - shift) - mean) * rstd;
       if (w != nullptr) v *= to_acc(wv.v[e]);
       if (b != nullptr) v += to_acc(bv.v[e]);
       out.v[e] = from_acc<T>(v);
@@ -443,7 +404,7 @@ __global__ void __launch_bounds__(kLongThreads)
     store_vec(p + col, out);
   }
   if (threadIdx.x == 0) {
-    if (mean_out != nullptr) mean_out[row] = mean;
+    if (mean_out != nullptr) mean_out[row] = shift + mean;
     if (rstd_out != nullptr) rstd_out[row] = rstd;
   }
 }

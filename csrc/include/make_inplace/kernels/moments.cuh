@@ -1,5 +1,6 @@
 #pragma once
-// Mean and variance of a row in one pass, for layer norm's staged kernel.
+// Mean and variance of a row in one pass, for layer norm's staged and
+// long-row kernels.
 //
 // Why: that kernel read each row from shared memory twice for its statistics
 // (a sum pass, then a deviation pass) with a CTA-wide reduction after each,
@@ -9,35 +10,43 @@
 // deviations) with the pairwise update of Chan, Golub and LeVeque, and the
 // CTA merges the threads' triples in one tree. Each group's deviations are
 // taken from the group's own mean and the update never subtracts large sums,
-// so the result keeps the accuracy of the two-pass formula (no
-// E[x^2] - E[x]^2 cancellation on rows far from zero).
+// so M2 keeps the accuracy of the two-pass formula (no E[x^2] - E[x]^2
+// cancellation). The kernels fold x - shift, shift a value of the row, so
+// that the mean too stays exact to float precision on rows far from zero.
 #include <cuda_runtime.h>
 
 namespace make_inplace::kernels::rowwise {
 
+// count / total with count <= total: an approximate quotient (2 ulp) for
+// float, where it only weights an update, the exact one for double.
+__device__ __forceinline__ float merge_weight(float count, float total) {
+  return __fdividef(count, total);
+}
+__device__ __forceinline__ double merge_weight(double count, double total) { return count / total; }
+
+template <typename A>
 struct Moments {
-  float n = 0.f;     // values folded in
-  float mean = 0.f;  // their mean
-  float m2 = 0.f;    // their sum of squared deviations from it
+  A n = 0;     // values folded in
+  A mean = 0;  // their mean
+  A m2 = 0;    // their sum of squared deviations from it
 
   // Folds in `count` values with mean `m` and squared deviations `q`.
-  __device__ __forceinline__ void merge(float count, float m, float q) {
-    const float total = n + count;
-    // An approximate quotient (2 ulp) weights the update; count <= total.
-    const float f = total > 0.f ? __fdividef(count, total) : 0.f;
-    const float d = m - mean;
-    mean = fmaf(d, f, mean);
-    m2 += fmaf(d * d, n * f, q);
+  __device__ __forceinline__ void merge(A count, A m, A q) {
+    const A total = n + count;
+    const A f = total > A(0) ? merge_weight(count, total) : A(0);
+    const A d = m - mean;
+    mean = fma(d, f, mean);
+    m2 += fma(d * d, n * f, q);
     n = total;
   }
 
   __device__ __forceinline__ void merge(const Moments& o) { merge(o.n, o.mean, o.m2); }
 
-  // F values (a 16-byte vector, unpacked): their own mean and squared
-  // deviations from it, then one merge. Sums are pairwise, for ILP.
+  // F values (one vector, unpacked): their own mean and squared deviations
+  // from it, then one merge. Sums are pairwise, for ILP.
   template <int F>
-  __device__ __forceinline__ void add(const float* v) {
-    float t[F];
+  __device__ __forceinline__ void add(const A* v) {
+    A t[F];
 #pragma unroll
     for (int e = 0; e < F; ++e) t[e] = v[e];
 #pragma unroll
@@ -45,11 +54,11 @@ struct Moments {
 #pragma unroll
       for (int e = 0; e < width; ++e) t[e] += t[e + width];
     }
-    const float m = t[0] * (1.0f / F);
-    float q[F];
+    const A m = t[0] * (A(1) / A(F));
+    A q[F];
 #pragma unroll
     for (int e = 0; e < F; ++e) {
-      const float d = v[e] - m;
+      const A d = v[e] - m;
       q[e] = d * d;
     }
 #pragma unroll
@@ -57,12 +66,13 @@ struct Moments {
 #pragma unroll
       for (int e = 0; e < width; ++e) q[e] += q[e + width];
     }
-    merge(static_cast<float>(F), m, q[0]);
+    merge(static_cast<A>(F), m, q[0]);
   }
 };
 
-__device__ __forceinline__ Moments shfl_xor_moments(const Moments& m, int offset) {
-  Moments o;
+template <typename A>
+__device__ __forceinline__ Moments<A> shfl_xor_moments(const Moments<A>& m, int offset) {
+  Moments<A> o;
   o.n = __shfl_xor_sync(0xffffffffu, m.n, offset);
   o.mean = __shfl_xor_sync(0xffffffffu, m.mean, offset);
   o.m2 = __shfl_xor_sync(0xffffffffu, m.m2, offset);
@@ -71,9 +81,10 @@ __device__ __forceinline__ Moments shfl_xor_moments(const Moments& m, int offset
 
 // The moments of the whole CTA (blockDim.x a multiple of 32, at most 1024),
 // the same bits in every thread: lanes of a butterfly can round a merge
-// differently, so lane 0's result is broadcast. `scratch` holds 96 floats
+// differently, so lane 0's result is broadcast. `scratch` holds 96 values
 // and is free again on return.
-__device__ __forceinline__ Moments block_moments(Moments m, float* scratch) {
+template <typename A>
+__device__ __forceinline__ Moments<A> block_moments(Moments<A> m, A* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) m.merge(shfl_xor_moments(m, offset));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
@@ -82,7 +93,7 @@ __device__ __forceinline__ Moments block_moments(Moments m, float* scratch) {
     scratch[64 + warp] = m.m2;
   }
   __syncthreads();
-  m = Moments{};
+  m = Moments<A>{};
   if (lane < static_cast<int>(blockDim.x / 32)) {
     m.n = scratch[lane];
     m.mean = scratch[32 + lane];

@@ -247,7 +247,8 @@ struct PairMoments {
   float slots[2][2][4];  // [round][rank][n, mean, M2, shift]
 };
 
-__device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments& m, float* shift,
+__device__ __forceinline__ rowwise::Moments<float> pair_moments(const rowwise::Moments<float>& m,
+                                                                float* shift,
                                                          PairMoments* ex, int* round) {
   float (*slot)[4] = ex->slots[*round & 1];
   *round += 1;
@@ -266,7 +267,7 @@ __device__ __forceinline__ rowwise::Moments pair_moments(const rowwise::Moments&
     }
   }
   cluster_sync();
-  rowwise::Moments r;
+  rowwise::Moments<float> r;
   r.merge(slot[0][0], slot[0][1], slot[0][2]);
   r.merge(slot[1][0], slot[1][1] + (slot[1][3] - slot[0][3]), slot[1][2]);
   *shift = slot[0][3];
