@@ -58,15 +58,17 @@ def test_widths_match_torch(device, dtype, width, kind):
     assert_close(x, expected, dtype)
 
 
-# Rows of 32 KiB and more (16-byte aligned) take the staged kernel on sm_90
-# (staged_rows.cuh): widths needing 1 to 5 slots of 32 KiB depending on the
-# dtype, a last piece cut short (40008), and more rows than the persistent grid
-# has CTAs; the shorter ones check the register kernels around the threshold.
-# Rows too long for one CTA's ring are split over a cluster of two CTAs that
-# combine their halves' moments: 65536 (float32), 73744 (halves with a short
-# last piece) and 98304 (float32, and 16-bit types); float64 rows that long
-# stream through global memory. The four weight/bias combinations are four
-# kernels; rows offset far from zero check the one-pass moments.
+# Long rows on sm_90: 16-bit and float32 rows of up to 16384 columns take the
+# register kernel (packed at 32 elements per thread); longer ones, and float64
+# rows of 32 KiB and more, the staged kernel (staged_rows.cuh): widths needing
+# 1 to 5 slots of 32 KiB depending on the dtype, a last piece cut short
+# (40008), and more rows than the persistent grid has CTAs. Rows of 4+ slots
+# whose halves fit a ring, and rows too long for one ring, are split over a
+# cluster of two CTAs that combine their halves' moments: 65536, 73744
+# (halves with a short last piece) and 98304; float64 rows too long for a
+# ring, and float32 98304, stream through global memory. The four weight/bias
+# combinations are four kernels; rows offset far from zero check the one-pass
+# moments and the shifted statistics.
 STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
 
 
