@@ -275,12 +275,10 @@ __global__ void __launch_bounds__(staged::kThreads)
   __shared__ A scratch[32];
   __shared__ staged::PairExchange exchange;  // split rows only (PLAIN: A is float)
   int round = 0;
-  // A split row: this CTA stages columns [part_base, part_base + plan.part).
-  const int64_t part_base = plan.split == 2 ? staged::cluster_rank() * plan.part : 0;
-  const int64_t cluster = blockIdx.x / plan.split, clusters = gridDim.x / plan.split;
-  staged::RowRing<T> ring(smem, x + part_base, rows, n, plan, cluster, clusters);
+  const staged::Share share = staged::share_of(plan);
+  const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
+  staged::RowRing<T> ring(smem, x, rows, n, plan, share);
   ring.start();
-  if (plan.split == 2) staged::cluster_sync();  // the peer runs before any remote store
   const int step = static_cast<int>(blockDim.x) * VEC;
   const int threads = static_cast<int>(blockDim.x);
   for (int64_t li = 0; cluster + li * clusters < rows; ++li) {

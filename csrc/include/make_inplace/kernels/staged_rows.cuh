@@ -274,6 +274,20 @@ __device__ __forceinline__ rowwise::Moments<float> pair_moments(const rowwise::M
   return r;
 }
 
+// The rows and columns one CTA of a staged launch works on: with plan.split
+// == 2 the two CTAs of a cluster stage the two halves of the same rows.
+struct Share {
+  int64_t part_base;  // the first column this CTA stages
+  int64_t first_row;
+  int64_t row_step;
+};
+
+__device__ __forceinline__ Share share_of(const Plan& plan) {
+  return {plan.split == 2 ? static_cast<int64_t>(cluster_rank()) * plan.part : 0,
+          static_cast<int64_t>(blockIdx.x / plan.split),
+          static_cast<int64_t>(gridDim.x / plan.split)};
+}
+
 // The ring of one CTA over rows first_row, first_row + row_step, ... of x.
 template <typename T>
 class RowRing {
@@ -287,7 +301,14 @@ class RowRing {
         x_(x), rows_(rows), n_(plan.part), stride_(stride), plan_(plan), first_row_(first_row),
         row_step_(row_step) {}
 
-  // Every thread calls this once; thread 0 sets up the barriers and fills the ring.
+  // The ring of this CTA's share of x (rows x stride elements).
+  __device__ RowRing(unsigned char* smem, const T* x, int64_t rows, int64_t stride,
+                     const Plan& plan, const Share& share)
+      : RowRing(smem, x + share.part_base, rows, stride, plan, share.first_row, share.row_step) {}
+
+  // Every thread calls this once; thread 0 sets up the barriers and fills the
+  // ring. A split row's CTAs then wait for each other, so that the peer runs
+  // before any remote store.
   __device__ void start() {
     if (threadIdx.x == 0) {
       for (int s = 0; s < plan_.slots; ++s) sm90::mbar_init(bars_ + s, 1);
@@ -295,6 +316,7 @@ class RowRing {
       for (int64_t p = 0; p < plan_.slots; ++p) issue(p);
     }
     __syncthreads();
+    if (plan_.split == 2) cluster_sync();
   }
 
   // Piece j of the CTA's row li, once its copy has landed.
