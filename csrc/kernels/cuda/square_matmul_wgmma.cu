@@ -45,7 +45,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
+#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
 namespace make_inplace::kernels {
@@ -70,6 +72,8 @@ constexpr int kConsumerThreads = 256;             // warpgroups 1 and 2
 constexpr int kWBoxBytes = kBK * kBoxCols * 2;    // a 64 x 64 box of w (no transpose), 8 KiB
 constexpr int kParkBoxBytes = kBM * kBoxCols * 2; // a 128 x 64 box of results, 16 KiB
 
+using rowwise::pack_pair;
+using rowwise::to_acc;
 using sm90::cluster_sync;
 using sm90::mbar_arrive;
 using sm90::mbar_arrive_expect_tx;
@@ -169,47 +173,25 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, u
 
 // d (+)= A[64 x 16] * B[16 x 256]; A K-major, B K-major (kTransB = 0) or
 // N-major (kTransB = 1); accumulate = 0 overwrites d.
+#define MI_WGMMA_M64N256K16(type)                                                            \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                             \
+  "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " {" MI_WGMMA_ACC_REGS \
+  "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+
 template <typename Elem, int kTransB>
-struct Wgmma;
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
+    asm volatile(MI_WGMMA_M64N256K16("bf16")
+                 : MI_WGMMA_ACC_OPERANDS(d)
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  } else {
+    asm volatile(MI_WGMMA_M64N256K16("f16")
+                 : MI_WGMMA_ACC_OPERANDS(d)
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+}
 
-template <int kTransB>
-struct Wgmma<__nv_bfloat16, kTransB> {
-  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" MI_WGMMA_ACC_REGS
-        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
-        : MI_WGMMA_ACC_OPERANDS(d)
-        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
-  }
-  static __device__ __forceinline__ float to_float(const void* p, int64_t i) {
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-};
-
-template <int kTransB>
-struct Wgmma<__half, kTransB> {
-  static __device__ __forceinline__ void mma(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" MI_WGMMA_ACC_REGS
-        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
-        : MI_WGMMA_ACC_OPERANDS(d)
-        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
-  }
-  static __device__ __forceinline__ float to_float(const void* p, int64_t i) {
-    return __half2float(static_cast<const __half*>(p)[i]);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-};
-
+#undef MI_WGMMA_M64N256K16
 #undef MI_WGMMA_ACC_REGS
 #undef MI_WGMMA_ACC_OPERANDS
 
@@ -221,19 +203,19 @@ struct Wgmma<__half, kTransB> {
 template <typename Elem>
 __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile, const void* bias,
                                           int64_t col0, int n, int half, int warp, int lane) {
-  using W = Wgmma<Elem, 0>;
+  const Elem* b = static_cast<const Elem*>(bias);
   const int row = half * 64 + warp * 16 + lane / 4;
   const uint32_t base = shared_address(tile) + row * 128 + (lane % 4) * 4;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int64_t col = col0 + i * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
     float b0 = 0.f, b1 = 0.f;
-    if (bias != nullptr && col < n) b0 = W::to_float(bias, col), b1 = W::to_float(bias, col + 1);
+    if (b != nullptr && col < n) b0 = to_acc(b[col]), b1 = to_acc(b[col + 1]);
     // 16-byte chunk (i % 8) of a 128-byte row, XOR-swizzled by the row (row % 8 == (row + 8) % 8).
     const uint32_t at = base + (i / 8) * kParkBoxBytes + (((i % 8) ^ (row % 8)) * 16);
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(W::pack(acc[4 * i] + b0, acc[4 * i + 1] + b1)));
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(pack_pair(Elem{}, acc[4 * i] + b0, acc[4 * i + 1] + b1)));
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(at + 8 * 128),
-                 "r"(W::pack(acc[4 * i + 2] + b0, acc[4 * i + 3] + b1)));
+                 "r"(pack_pair(Elem{}, acc[4 * i + 2] + b0, acc[4 * i + 3] + b1)));
   }
 }
 
@@ -242,7 +224,7 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
 template <typename Elem>
 __device__ __forceinline__ void write_tile(const float (&acc)[128], void* x, int64_t rows, int n, int64_t row0,
                                            int64_t col0, const void* bias, int half, int warp, int lane) {
-  using W = Wgmma<Elem, 0>;
+  const Elem* b = static_cast<const Elem*>(bias);
   const int64_t row = row0 + half * 64 + warp * 16 + lane / 4;
   uint16_t* top = static_cast<uint16_t*>(x) + row * n;
   uint16_t* bottom = top + int64_t{8} * n;
@@ -251,10 +233,10 @@ __device__ __forceinline__ void write_tile(const float (&acc)[128], void* x, int
     const int64_t col = col0 + i * 8 + (lane % 4) * 2;
     if (col >= n) continue;
     float b0 = 0.f, b1 = 0.f;
-    if (bias != nullptr) b0 = W::to_float(bias, col), b1 = W::to_float(bias, col + 1);
-    if (row < rows) *reinterpret_cast<uint32_t*>(top + col) = W::pack(acc[4 * i] + b0, acc[4 * i + 1] + b1);
+    if (b != nullptr) b0 = to_acc(b[col]), b1 = to_acc(b[col + 1]);
+    if (row < rows) *reinterpret_cast<uint32_t*>(top + col) = pack_pair(Elem{}, acc[4 * i] + b0, acc[4 * i + 1] + b1);
     if (row + 8 < rows) {
-      *reinterpret_cast<uint32_t*>(bottom + col) = W::pack(acc[4 * i + 2] + b0, acc[4 * i + 3] + b1);
+      *reinterpret_cast<uint32_t*>(bottom + col) = pack_pair(Elem{}, acc[4 * i + 2] + b0, acc[4 * i + 3] + b1);
     }
   }
 }
@@ -375,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint64_t a_desc = smem_desc(a + kk * 32, 16, 1024);
             const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 1024)
                                                   : smem_desc(b + kk * 2048, kWBoxBytes, 1024);
-            Wgmma<Elem, kWeightKMajor ? 0 : 1>::mma(acc, a_desc, b_desc, (kt | kk) != 0);
+            wgmma_m64n256k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, b_desc, (kt | kk) != 0);
           }
           asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");

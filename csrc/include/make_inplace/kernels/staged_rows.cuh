@@ -210,6 +210,17 @@ using sm90::cluster_rank;
 using sm90::cluster_sync;
 using sm90::shared_address;
 
+// Stores v at `at` in this CTA's shared memory and at the same offset in the
+// peer's (a 2-CTA cluster).
+__device__ __forceinline__ void store_both(float* at, float v) {
+  *at = v;
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(shared_address(at)), "r"(cluster_rank() ^ 1u));
+  asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v)) : "memory");
+}
+
 // Where a split row's reductions meet: two rounds of two slots (one per
 // CTA), alternating, so a round's slots are written again only after the
 // next round's barrier, which the peer passes after reading them.
@@ -225,14 +236,7 @@ __device__ __forceinline__ float pair_reduce(float v, PairExchange* ex, int* rou
   float* slot = ex->slots[*round & 1];
   *round += 1;
   if (threadIdx.x == 0) {
-    const unsigned me = cluster_rank();
-    slot[me] = v;
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote)
-                 : "r"(shared_address(slot + me)), "r"(me ^ 1u));
-    asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v))
-                 : "memory");
+    store_both(slot + cluster_rank(), v);
   }
   cluster_sync();
   return op(slot[0], slot[1]);
@@ -253,18 +257,9 @@ __device__ __forceinline__ rowwise::Moments<float> pair_moments(const rowwise::M
   float (*slot)[4] = ex->slots[*round & 1];
   *round += 1;
   if (threadIdx.x == 0) {
-    const unsigned me = cluster_rank();
     const float v[4] = {m.n, m.mean, m.m2, *shift};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      slot[me][k] = v[k];
-      uint32_t remote;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                   : "=r"(remote)
-                   : "r"(shared_address(&slot[me][k])), "r"(me ^ 1u));
-      asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v[k]))
-                   : "memory");
-    }
+    for (int k = 0; k < 4; ++k) store_both(&slot[cluster_rank()][k], v[k]);
   }
   cluster_sync();
   rowwise::Moments<float> r;
