@@ -1,0 +1,275 @@
+// The float32 square matmul on CUDA cores: x[rows, n] <- x @ w (+ bias), or
+// x @ w^T with transpose, written over x with one counter per 128-row block
+// as the only extra memory.
+//
+// Why: cuBLAS's SGEMM cannot write over its input, so the panel route runs it
+// on panels that fit the workspace bound (x/16) and copies each back. A
+// panel is one wave of the GPU, and one-wave SGEMMs run ~10% slower than one
+// big one (benchmarks/notes/square_matmul_panels.md). Here the whole product
+// is one kernel: a cooperative grid (every CTA resident) in groups of
+// ceil(n / 128) CTAs. A group owns one 128-row block at a time and each of
+// its CTAs computes one 128 x 128 result tile of it in registers. Reading the
+// block is finished when every CTA of the group has added 1 to the block's
+// counter; only then does a CTA write its tile over x. Groups own disjoint
+// blocks, so there is nothing else to order.
+//
+// The main loop is a classic SIMT SGEMM: k-slices of 8 staged through
+// registers into double-buffered shared memory (x's slice transposed so that
+// each thread reads its 8 rows at one k as two 16-byte loads), and an 8 x 8
+// register tile per thread (two 4 x 4 quarters 16 rows and 32 columns apart,
+// so a warp's 16-byte shared loads are broadcasts or conflict-free).
+#include "make_inplace/kernels/square_matmul_ffma.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace make_inplace::kernels {
+namespace {
+
+constexpr int kBM = 128, kBN = 128, kBK = 8;
+// Four warps as 2 x 2, each 64 x 64 of the tile; a thread holds 16 x 8
+// results (the register budget of 255 allows it with two CTAs per SM, which
+// keeps 8 warps per SM and lets every SM hold two CTAs of the grid).
+constexpr int kThreads = 128;
+constexpr int kCtasPerSm = 2;
+// Row stride of a transposed slice in shared memory: k and k + 4, which one
+// warp writes together, land 16 banks apart.
+constexpr int kPad = kBM + 4;
+
+__device__ __forceinline__ void count_done(uint32_t* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
+__device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t target) {
+  uint32_t seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= target) break;
+    __nanosleep(32);
+  }
+}
+
+// A 16-byte global load, zero where !ok. volatile keeps it where it is
+// written: left to itself the compiler sinks the next slice's loads to their
+// use after the FFMAs (saving the 8 staging registers), which exposes their
+// whole latency at every slice.
+__device__ __forceinline__ float4 load4(const float* p, bool ok) {
+  float4 v;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\t"
+      "setp.ne.b32 q, %5, 0;\n\t"
+      "mov.f32 %0, 0f00000000;\n\tmov.f32 %1, 0f00000000;\n\t"
+      "mov.f32 %2, 0f00000000;\n\tmov.f32 %3, 0f00000000;\n\t"
+      "@q ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(p), "r"(static_cast<int>(ok)));
+  return v;
+}
+
+__device__ __forceinline__ void store_column(float (*slice)[kPad], int k, int m, float4 v) {
+  slice[k + 0][m] = v.x;
+  slice[k + 1][m] = v.y;
+  slice[k + 2][m] = v.z;
+  slice[k + 3][m] = v.w;
+}
+
+// kTransB: w is read as w^T (x @ w^T, nn.Linear's layout), so its slice is
+// 128 rows of w along k and is transposed like x's.
+template <bool kTransB>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    ffma_kernel(float* x, const float* __restrict__ w, const float* __restrict__ bias, int rows, int n,
+                uint32_t* counters, int group) {
+  __shared__ __align__(16) float a_slice[2][kBK][kPad];
+  __shared__ __align__(16) float b_slice[2][kBK][kPad];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int col0 = (blockIdx.x % group) * kBN;
+  const int groups = gridDim.x / group;
+  const int row_blocks = (rows + kBM - 1) / kBM;
+  const int k_slices = (n + kBK - 1) / kBK;
+
+  // This thread's results: rows tm + 16q + (0..3) for q = 0..3 and columns
+  // tn + 32h + (0..3) for h = 0..1 of the tile. A quarter-warp shares tm (its
+  // x loads are one broadcast) and covers 32 consecutive columns (128 bytes).
+  const int tm = (warp >> 1) * 64 + (lane >> 3) * 4;
+  const int tn = (warp & 1) * 64 + (lane & 7) * 4;
+
+  // What this thread loads per k-slice: 4 consecutive k of rows ld_row and
+  // ld_row + 64 of x (two threads per row), and of w either 4 columns of
+  // k rows wb_k and wb_k + 4 (x @ w) or 4 consecutive k of two rows of w
+  // (x @ w^T).
+  const int ld_row = tid >> 1, ld_k = (tid & 1) * 4;
+  const int wb_k = tid >> 5, wb_col = (tid & 31) * 4;
+  const float* w_src = kTransB ? w + static_cast<int64_t>(col0 + ld_row) * n + ld_k
+                               : w + static_cast<int64_t>(wb_k) * n + col0 + wb_col;
+  const int64_t w_half = kTransB ? int64_t{64} * n : int64_t{4} * n;  // the second load
+  const bool w_ok0 = kTransB ? col0 + ld_row < n : col0 + wb_col < n;
+  const bool w_ok1 = kTransB ? col0 + ld_row + 64 < n : w_ok0;
+  const int64_t w_step = kTransB ? kBK : static_cast<int64_t>(kBK) * n;
+
+  for (int rb = blockIdx.x / group; rb < row_blocks; rb += groups) {
+    const int row0 = rb * kBM;
+    const bool x_ok0 = row0 + ld_row < rows, x_ok1 = row0 + ld_row + 64 < rows;
+    const float* x_src = x + static_cast<int64_t>(row0 + ld_row) * n + ld_k;
+    const int64_t x_half = int64_t{64} * n;
+
+    float4 xa0, xa1, wb0, wb1;
+    auto fetch = [&](int s) {
+      const int k = s * kBK;
+      const bool xk = k + ld_k < n;
+      xa0 = load4(x_src + k, x_ok0 && xk);
+      xa1 = load4(x_src + x_half + k, x_ok1 && xk);
+      const float* ws = w_src + s * w_step;
+      if (kTransB) {
+        wb0 = load4(ws, w_ok0 && xk);
+        wb1 = load4(ws + w_half, w_ok1 && xk);
+      } else {
+        wb0 = load4(ws, w_ok0 && k + wb_k < n);
+        wb1 = load4(ws + w_half, w_ok1 && k + wb_k + 4 < n);
+      }
+    };
+    auto stash = [&](int buf) {
+      store_column(a_slice[buf], ld_k, ld_row, xa0);
+      store_column(a_slice[buf], ld_k, ld_row + 64, xa1);
+      if (kTransB) {
+        store_column(b_slice[buf], ld_k, ld_row, wb0);
+        store_column(b_slice[buf], ld_k, ld_row + 64, wb1);
+      } else {
+        *reinterpret_cast<float4*>(&b_slice[buf][wb_k][wb_col]) = wb0;
+        *reinterpret_cast<float4*>(&b_slice[buf][wb_k + 4][wb_col]) = wb1;
+      }
+    };
+
+    float acc[16][8];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+    fetch(0);
+    stash(0);
+    __syncthreads();
+    for (int s = 0; s < k_slices; ++s) {
+      const int buf = s & 1;
+      // Unconditional (the last slice refetches itself into the idle
+      // buffer): a branch here lets the compiler move the loads after the
+      // FFMAs, which exposes their latency at every slice.
+      fetch(min(s + 1, k_slices - 1));
+#pragma unroll
+      for (int k = 0; k < kBK; ++k) {
+        float a[16], b[8];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float4 v = *reinterpret_cast<const float4*>(&a_slice[buf][k][tm + 16 * q]);
+          a[4 * q] = v.x, a[4 * q + 1] = v.y, a[4 * q + 2] = v.z, a[4 * q + 3] = v.w;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 v = *reinterpret_cast<const float4*>(&b_slice[buf][k][tn + 32 * h]);
+          b[4 * h] = v.x, b[4 * h + 1] = v.y, b[4 * h + 2] = v.z, b[4 * h + 3] = v.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      }
+      stash(buf ^ 1);
+      __syncthreads();
+    }
+
+    // Every load of this block by this CTA has landed in shared memory
+    // before the barrier above: tell the group, then wait for all of it.
+    if (tid == 0) {
+      count_done(counters + rb);
+      wait_count(counters + rb, group);
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = col0 + tn + 32 * h;
+      if (col >= n) continue;
+      float4 bv = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (bias != nullptr) bv = *reinterpret_cast<const float4*>(bias + col);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int row = row0 + tm + (i & 3) + 16 * (i >> 2);
+        if (row >= rows) continue;
+        const float4 v = make_float4(acc[i][4 * h] + bv.x, acc[i][4 * h + 1] + bv.y,
+                                     acc[i][4 * h + 2] + bv.z, acc[i][4 * h + 3] + bv.w);
+        *reinterpret_cast<float4*>(x + static_cast<int64_t>(row) * n + col) = v;
+      }
+    }
+  }
+}
+
+using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t*, int);
+
+KernelFn kernel_for(bool transpose) { return transpose ? ffma_kernel<true> : ffma_kernel<false>; }
+
+constexpr int kMaxDevices = 64;
+// 1 + co-resident CTAs per (device, layout); 0: not asked yet.
+std::atomic<int> g_resident[kMaxDevices][2];
+
+int resident_ctas(int device, bool transpose) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  std::atomic<int>& slot = g_resident[device][transpose ? 1 : 0];
+  const int known = slot.load();
+  if (known > 0) return known - 1;
+  int per_sm = 0, sms = 0, cooperative = 0, count = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(transpose), kThreads, 0) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative) {
+    count = per_sm * sms;
+  }
+  (void)cudaGetLastError();
+  slot.store(count + 1);
+  return count;
+}
+
+}  // namespace
+
+bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias) {
+  if (n < 4 || n % 4 != 0 || rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
+  for (const void* p : {x, w, bias}) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return resident_ctas(device, false) >= (n + kBN - 1) / kBN && resident_ctas(device, true) >= (n + kBN - 1) / kBN;
+}
+
+int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
+  return (rows + kBM - 1) / kBM * static_cast<int64_t>(sizeof(uint32_t));
+}
+
+cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
+                               uint32_t* counters, cudaStream_t stream) {
+  if (!square_matmul_ffma_supports(rows, n, x, w, bias) || counters == nullptr) return cudaErrorNotSupported;
+  if (rows == 0) return cudaSuccess;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
+  const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_ffma_counter_bytes(rows), stream);
+  if (zeroed != cudaSuccess) return zeroed;
+
+  const int group = static_cast<int>((n + kBN - 1) / kBN);
+  const int64_t row_blocks = (rows + kBM - 1) / kBM;
+  const int groups = static_cast<int>(std::min<int64_t>(resident_ctas(device, transpose) / group, row_blocks));
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  config.gridDim = dim3(groups * group);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel_for(transpose), x, w, bias, static_cast<int>(rows), static_cast<int>(n),
+                            counters, group);
+}
+
+}  // namespace make_inplace::kernels
