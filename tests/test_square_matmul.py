@@ -219,8 +219,10 @@ def test_cuda_large(dtype, rows, n, workspace_bytes):
         (40000, 1024, torch.float32, None),  # fp32, 8 blocks of 255 rows
     ],
 )
-def test_cuda_small_block_panels(rows, n, dtype, workspace_bytes):
-    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB)."""
+def test_cuda_small_block_panels(monkeypatch, rows, n, dtype, workspace_bytes):
+    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB); fp32
+    is kept off the FFMA kernel so that it takes this route."""
+    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", str(1 << 62))
     x, w, b = make(rows, n, dtype, "cuda", bias=True)
     check(x, w, b, transpose=(n % 2 == 0), workspace_bytes=workspace_bytes)
 
@@ -367,3 +369,71 @@ def test_cuda_wgmma_kernel_declines_misaligned_x(monkeypatch, dtype):
     names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0))
     assert "square_matmul_wgmma" not in names, names
     assert relative_error(x, expected) < TOL[dtype]
+
+
+# ------------------------------------------------- CUDA: the fp32 FFMA kernel
+
+FFMA_WORKSPACE = 4 << 20  # room for the row-block counters (the kernel needs a 2 MiB bound)
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "rows,n",
+    # n: the smallest width, partial tiles and partial k-slices, one to 64
+    # column tiles per group; rows: partial, single and several row-blocks,
+    # and more row-blocks than groups.
+    [(1, 4), (5, 36), (127, 128), (128, 132), (129, 1000), (1000, 1024), (4097, 768), (300, 2052),
+     (1025, 4096), (20000, 512), (65, 8192)],
+)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose):
+    """Every fp32 shape the FFMA kernel takes goes to it (MAKE_INPLACE_FFMA_MIN_TILES=0);
+    a sentinel row after x must stay unwritten."""
+    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
+    assert not torch.backends.cuda.matmul.allow_tf32
+    x, w, b = make(rows, n, torch.float32, "cuda", bias=(rows % 2 == 1))
+    x_extra = torch.randn(rows + 1, n, device="cuda")
+    x_extra[:rows] = x
+    sentinel = x_extra[rows].clone()
+    view = x_extra[:rows]
+    expected = reference(view, w, b, transpose)
+    names = _kernel_names(
+        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=FFMA_WORKSPACE)
+    )
+    assert "square_matmul_ffma" in names, names
+    assert relative_error(view, expected) < TOL[torch.float32], relative_error(view, expected)
+    assert torch.equal(x_extra[rows], sentinel)
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,n", [(40000, 1024), (16384, 2048), (65536, 768), (16384, 4096), (16384, 512)])
+def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n):
+    """The fp32 benchmark shapes take the FFMA kernel in the default mode and allocate only
+    its row-block counters, within the bound."""
+    x, ours, _ = _memory_case(rows, n, torch.float32, None)
+    bound = min(x.nbytes // 16, 64 << 20)
+    assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
+    w = torch.randn(n, n, device="cuda") / n**0.5
+    assert "square_matmul_ffma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w))
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", ["x at a 4-byte offset", "bias at a 4-byte offset", "n not a multiple of 4", "tf32 allowed"])
+def test_cuda_ffma_kernel_declines(monkeypatch, case):
+    """Cases the FFMA kernel does not take go elsewhere, still correct: 16-byte loads need
+    aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster."""
+    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
+    rows, n = 2048, 1026 if case == "n not a multiple of 4" else 1024
+    storage = torch.randn(rows * n + 1, device="cuda")
+    x = storage[1:].view(rows, n) if case == "x at a 4-byte offset" else storage[: rows * n].view(rows, n)
+    w = torch.randn(n, n, device="cuda") / n**0.5
+    b = torch.randn(n + 1, device="cuda")[1:] if case == "bias at a 4-byte offset" else None
+    expected = reference(x, w, b, False)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = case == "tf32 allowed"
+    try:
+        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=FFMA_WORKSPACE))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    assert "square_matmul_ffma" not in names, names
+    assert relative_error(x, expected) < (2e-3 if case == "tf32 allowed" else TOL[torch.float32])

@@ -9,6 +9,8 @@
 //    replace are consumed (no workspace at all): wgmma on Hopper for 16-bit
 //    types (square_matmul_wgmma), mma.sync/FFMA/DFMA elsewhere
 //    (square_matmul_fused).
+//  * ffma: fp32 without TF32 on CUDA cores, one kernel over all of x with a
+//    counter per 128-row block (square_matmul_ffma).
 // The Hopper kernel runs whenever it takes the case and there are enough
 // tiles to fill the GPU, whatever the workspace bound: it needs none and is
 // faster than panels. Otherwise the panel route is taken when the workspace
@@ -25,6 +27,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "make_inplace/kernels/square_matmul_ffma.h"
 #include "make_inplace/kernels/square_matmul_fused.h"
 #include "make_inplace/kernels/square_matmul_panels.h"
 #include "make_inplace/kernels/square_matmul_wgmma.h"
@@ -68,6 +71,12 @@ double fused_share_of_cublas(int64_t element_size) { return element_size == 2 ? 
 // tiles spread small row counts better. MAKE_INPLACE_WGMMA_MIN_TILES
 // overrides it (tests use 0 to send every shape the kernel takes to it).
 constexpr int64_t kWgmmaMinTiles = 128;
+
+// Below this many 128 x 128 result tiles (one per CTA of a full grid: two
+// CTAs on each of an H100's 132 SMs) the fp32 FFMA kernel leaves SMs idle,
+// and the older routes are kept. MAKE_INPLACE_FFMA_MIN_TILES overrides it
+// (tests use 0 to send every shape the kernel takes to it).
+constexpr int64_t kFfmaMinTiles = 264;
 
 // Switches for comparisons, read per call so one process can sweep them
 // (benchmarks/sweep_square_matmul_panels.py).
@@ -311,6 +320,26 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
         kind, x.data_ptr(), w.matrix.const_data_ptr(), has_bias ? bias->const_data_ptr() : nullptr, rows, n,
         w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr));
     return;
+  }
+
+  // fp32 without TF32: cuBLAS would run SGEMM too, but only on panels of
+  // the workspace, each one wave of the GPU; the FFMA kernel runs the whole
+  // product as one in-place kernel (0.93-1.0x of one cuBLAS SGEMM on an H100)
+  // given its row-block counters, which come from the small pool (at most
+  // 1 MiB, in a 2 MiB segment), hence the 2 MiB floor on the bound.
+  if (x.scalar_type() == at::kFloat && !at::globalContext().allowTF32CuBLAS()) {
+    const int64_t tiles_128 = (rows + 127) / 128 * ((n + 127) / 128);
+    const int64_t counter_bytes = kernels::square_matmul_ffma_counter_bytes(rows);
+    const void* bias_ptr = has_bias ? bias->const_data_ptr() : nullptr;
+    if (tiles_128 >= env_int("MAKE_INPLACE_FFMA_MIN_TILES", kFfmaMinTiles) &&
+        workspace_bound(x, workspace_bytes) >= 2 * kMiB && counter_bytes <= kSmallBlockBytes &&
+        kernels::square_matmul_ffma_supports(rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(), bias_ptr)) {
+      const at::Tensor counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
+      C10_CUDA_CHECK(kernels::square_matmul_ffma(
+          x.data_ptr<float>(), w.matrix.const_data_ptr<float>(), static_cast<const float*>(bias_ptr), rows, n,
+          w.transpose, static_cast<uint32_t*>(counters.data_ptr()), stream));
+      return;
+    }
   }
 
   const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());

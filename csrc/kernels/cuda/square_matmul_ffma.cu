@@ -78,7 +78,7 @@ __device__ __forceinline__ void store_column(float (*slice)[kPad], int k, int m,
 // 128 rows of w along k and is transposed like x's.
 template <bool kTransB>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
-    ffma_kernel(float* x, const float* __restrict__ w, const float* __restrict__ bias, int rows, int n,
+    square_matmul_ffma_kernel(float* x, const float* __restrict__ w, const float* __restrict__ bias, int rows, int n,
                 uint32_t* counters, int group) {
   __shared__ __align__(16) float a_slice[2][kBK][kPad];
   __shared__ __align__(16) float b_slice[2][kBK][kPad];
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
 using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t*, int);
 
-KernelFn kernel_for(bool transpose) { return transpose ? ffma_kernel<true> : ffma_kernel<false>; }
+KernelFn kernel_for(bool transpose) { return transpose ? square_matmul_ffma_kernel<true> : square_matmul_ffma_kernel<false>; }
 
 constexpr int kMaxDevices = 64;
 // 1 + co-resident CTAs per (device, layout); 0: not asked yet.
