@@ -269,7 +269,10 @@ def test_cuda_memory_within_default_bound(rows, n, dtype):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n,dtype", [(16384, 4096, torch.bfloat16), (20000, 777, torch.float32), (4096, 1000, torch.float16)])
+@pytest.mark.parametrize(
+    "rows,n,dtype",
+    [(16384, 4096, torch.bfloat16), (20000, 777, torch.float32), (20000, 776, torch.float32), (4096, 1000, torch.float16)],
+)
 def test_cuda_zero_workspace_adds_no_allocation(rows, n, dtype):
     x, ours, theirs = _memory_case(rows, n, dtype, 0)
     assert ours.allocated == 0 and ours.reserved == 0, ours
@@ -386,10 +389,15 @@ FFMA_WORKSPACE = 4 << 20  # room for the row-block counters (the kernel needs a 
      (1025, 4096), (20000, 512), (65, 8192)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
-def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose):
-    """Every fp32 shape the FFMA kernel takes goes to it (MAKE_INPLACE_FFMA_MIN_TILES=0);
-    a sentinel row after x must stay unwritten."""
+@pytest.mark.parametrize("workspace_bytes", [0, FFMA_WORKSPACE], ids=["clusters", "counters"])
+def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose, workspace_bytes):
+    """Every fp32 shape the FFMA kernel takes goes to it (MAKE_INPLACE_FFMA_MIN_TILES=0), in
+    both modes: row-block counters (a 4 MiB bound) and, on sm_90 up to n = 2048 (16 CTAs),
+    clusters (no memory); a sentinel row after x must stay unwritten."""
+    if workspace_bytes == 0 and not (HOPPER and n <= 2048):
+        pytest.skip("cluster mode needs sm_90 and n <= 2048")
     monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
+    monkeypatch.setenv("MAKE_INPLACE_FFMA_PANELS_FROM_N", str(1 << 62))
     assert not torch.backends.cuda.matmul.allow_tf32
     x, w, b = make(rows, n, torch.float32, "cuda", bias=(rows % 2 == 1))
     x_extra = torch.randn(rows + 1, n, device="cuda")
@@ -398,7 +406,7 @@ def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose):
     view = x_extra[:rows]
     expected = reference(view, w, b, transpose)
     names = _kernel_names(
-        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=FFMA_WORKSPACE)
+        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
     )
     assert "square_matmul_ffma" in names, names
     assert relative_error(view, expected) < TOL[torch.float32], relative_error(view, expected)
@@ -406,24 +414,36 @@ def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose):
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n", [(40000, 1024), (16384, 2048), (65536, 768), (16384, 4096), (16384, 512)])
-def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n):
-    """The fp32 benchmark shapes take the FFMA kernel in the default mode and allocate only
-    its row-block counters, within the bound."""
-    x, ours, _ = _memory_case(rows, n, torch.float32, None)
-    bound = min(x.nbytes // 16, 64 << 20)
-    assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
+@pytest.mark.parametrize("rows,n", [(40000, 1024), (16384, 2048), (65536, 768), (16384, 512)])
+@pytest.mark.parametrize("workspace_bytes", [None, 0])
+def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes):
+    """The fp32 benchmark shapes below n = 4096 take the FFMA kernel: the default mode
+    allocates only its row-block counters (within the bound); workspace_bytes=0 runs
+    clusters on sm_90 and allocates nothing. (n = 4096 keeps the panels: see
+    test_cuda_ffma_kernel_declines.)"""
+    x, ours, _ = _memory_case(rows, n, torch.float32, workspace_bytes)
+    if workspace_bytes == 0:
+        assert ours.allocated == 0 and ours.reserved == 0, ours
+    else:
+        bound = min(x.nbytes // 16, 64 << 20)
+        assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
     w = torch.randn(n, n, device="cuda") / n**0.5
-    assert "square_matmul_ffma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w))
+    names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace_bytes))
+    assert ("square_matmul_ffma" in names) == (workspace_bytes is None or HOPPER), names
 
 
 @requires_cuda
-@pytest.mark.parametrize("case", ["x at a 4-byte offset", "bias at a 4-byte offset", "n not a multiple of 4", "tf32 allowed"])
+@pytest.mark.parametrize(
+    "case", ["x at a 4-byte offset", "bias at a 4-byte offset", "n not a multiple of 4", "tf32 allowed", "contiguous panels at n = 4096"]
+)
 def test_cuda_ffma_kernel_declines(monkeypatch, case):
     """Cases the FFMA kernel does not take go elsewhere, still correct: 16-byte loads need
-    aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster."""
+    aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster; from
+    n = 4096 a contiguous panel buffer (bound >= 10 MiB) keeps cuBLAS's panels."""
     monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
     rows, n = 2048, 1026 if case == "n not a multiple of 4" else 1024
+    if case == "contiguous panels at n = 4096":
+        rows, n = 2048, 4096
     storage = torch.randn(rows * n + 1, device="cuda")
     x = storage[1:].view(rows, n) if case == "x at a 4-byte offset" else storage[: rows * n].view(rows, n)
     w = torch.randn(n, n, device="cuda") / n**0.5
@@ -432,7 +452,8 @@ def test_cuda_ffma_kernel_declines(monkeypatch, case):
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = case == "tf32 allowed"
     try:
-        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=FFMA_WORKSPACE))
+        workspace = 16 << 20 if case == "contiguous panels at n = 4096" else FFMA_WORKSPACE
+        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     assert "square_matmul_ffma" not in names, names

@@ -77,6 +77,10 @@ constexpr int64_t kWgmmaMinTiles = 128;
 // and the older routes are kept. MAKE_INPLACE_FFMA_MIN_TILES overrides it
 // (tests use 0 to send every shape the kernel takes to it).
 constexpr int64_t kFfmaMinTiles = 264;
+// The width from which fp32 keeps the panel route when its buffer is
+// contiguous (see square_matmul_cuda). MAKE_INPLACE_FFMA_PANELS_FROM_N
+// overrides it (sweeps).
+constexpr int64_t kFfmaPanelsFromN = 4096;
 
 // Switches for comparisons, read per call so one process can sweep them
 // (benchmarks/sweep_square_matmul_panels.py).
@@ -324,20 +328,29 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
 
   // fp32 without TF32: cuBLAS would run SGEMM too, but only on panels of
   // the workspace, each one wave of the GPU; the FFMA kernel runs the whole
-  // product as one in-place kernel (0.93-1.0x of one cuBLAS SGEMM on an H100)
-  // given its row-block counters, which come from the small pool (at most
-  // 1 MiB, in a 2 MiB segment), hence the 2 MiB floor on the bound.
+  // product as one in-place kernel. Its row-block counters come from the
+  // small pool (at most 1 MiB, in a 2 MiB segment), hence the 2 MiB floor on
+  // the bound; below it, clusters need no memory at all (n <= 2048, sm_90).
   if (x.scalar_type() == at::kFloat && !at::globalContext().allowTF32CuBLAS()) {
-    const int64_t tiles_128 = (rows + 127) / 128 * ((n + 127) / 128);
+    const int64_t bound = workspace_bound(x, workspace_bytes);
     const int64_t counter_bytes = kernels::square_matmul_ffma_counter_bytes(rows);
+    const bool counted = bound >= 2 * kMiB && counter_bytes <= kSmallBlockBytes;
+    const int64_t tiles_128 = (rows + 127) / 128 * ((n + 127) / 128);
+    // From n = 4096 on, one contiguous panel buffer (a bound of 10 MiB or
+    // more) keeps cuBLAS ahead: the copy weighs 1/n of the GEMM, while the
+    // FFMA kernel's groups of 32 CTAs fill 256 of an H100's 264 slots.
+    const PanelPlan plan = plan_panels(bound, n * static_cast<int64_t>(sizeof(float)), rows);
+    const bool panels_ahead = n >= env_int("MAKE_INPLACE_FFMA_PANELS_FROM_N", kFfmaPanelsFromN) &&
+                              !plan.small_blocks && panels_pay(plan, rows, n, sizeof(float));
     const void* bias_ptr = has_bias ? bias->const_data_ptr() : nullptr;
-    if (tiles_128 >= env_int("MAKE_INPLACE_FFMA_MIN_TILES", kFfmaMinTiles) &&
-        workspace_bound(x, workspace_bytes) >= 2 * kMiB && counter_bytes <= kSmallBlockBytes &&
-        kernels::square_matmul_ffma_supports(rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(), bias_ptr)) {
-      const at::Tensor counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
+    if (tiles_128 >= env_int("MAKE_INPLACE_FFMA_MIN_TILES", kFfmaMinTiles) && !panels_ahead &&
+        kernels::square_matmul_ffma_supports(rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
+                                             counted)) {
+      at::Tensor counters;
+      if (counted) counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
       C10_CUDA_CHECK(kernels::square_matmul_ffma(
           x.data_ptr<float>(), w.matrix.const_data_ptr<float>(), static_cast<const float*>(bias_ptr), rows, n,
-          w.transpose, static_cast<uint32_t*>(counters.data_ptr()), stream));
+          w.transpose, counted ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr, stream));
       return;
     }
   }

@@ -11,7 +11,10 @@
 // its CTAs computes one 128 x 128 result tile of it in registers. Reading the
 // block is finished when every CTA of the group has added 1 to the block's
 // counter; only then does a CTA write its tile over x. Groups own disjoint
-// blocks, so there is nothing else to order.
+// blocks, so there is nothing else to order. Without the counters (no
+// memory at all, sm_90 and n <= 2048) a group is a thread-block cluster and
+// a cluster barrier replaces them; clusters must fit in a GPC, so fewer CTAs
+// run at once.
 //
 // The main loop is a classic SIMT SGEMM: k-slices of 8 staged through
 // registers into double-buffered shared memory (x's slice transposed so that
@@ -54,6 +57,19 @@ __device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t tar
 // written: left to itself the compiler sinks the next slice's loads to their
 // use after the FFMAs (saving the 8 staging registers), which exposes their
 // whole latency at every slice.
+// Cluster mode: the group is a thread-block cluster, and all its CTAs work
+// the same row-blocks in step, so one cluster-wide barrier per block says
+// that every CTA is done reading it (each thread arrives after its own loads
+// have landed). Only sm_90 has clusters; the host never picks this mode
+// elsewhere.
+__device__ __forceinline__ void cluster_barrier() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ float4 load4(const float* p, bool ok) {
   float4 v;
   asm volatile(
@@ -180,11 +196,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
     // Every load of this block by this CTA has landed in shared memory
     // before the barrier above: tell the group, then wait for all of it.
-    if (tid == 0) {
-      count_done(counters + rb);
-      wait_count(counters + rb, group);
+    if (counters != nullptr) {
+      if (tid == 0) {
+        count_done(counters + rb);
+        wait_count(counters + rb, group);
+      }
+      __syncthreads();
+    } else {
+      cluster_barrier();
     }
-    __syncthreads();
 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -209,29 +229,69 @@ using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t
 KernelFn kernel_for(bool transpose) { return transpose ? square_matmul_ffma_kernel<true> : square_matmul_ffma_kernel<false>; }
 
 constexpr int kMaxDevices = 64;
-// 1 + co-resident CTAs per (device, layout); 0: not asked yet.
-std::atomic<int> g_resident[kMaxDevices][2];
+constexpr int kMaxClusterCtas = 16;  // H100/H200 non-portable maximum
+// 1 + co-resident CTAs (index 0) or clusters of g CTAs (index g) per
+// (device, layout); 0: not asked yet.
+std::atomic<int> g_resident[kMaxDevices][2][kMaxClusterCtas + 1];
 
-int resident_ctas(int device, bool transpose) {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  std::atomic<int>& slot = g_resident[device][transpose ? 1 : 0];
+cudaLaunchConfig_t launch_config(int grid, int cluster_ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  if (cluster_ctas == 0) {
+    attr->id = cudaLaunchAttributeCooperative;
+    attr->val.cooperative = 1;
+  } else {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cluster_ctas;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+  }
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// How many plain CTAs (cluster_ctas = 0, the cooperative grid of the
+// counted mode) or clusters of cluster_ctas CTAs fit on the device at once.
+int resident(int device, bool transpose, int cluster_ctas) {
+  if (device < 0 || device >= kMaxDevices || cluster_ctas < 0 || cluster_ctas > kMaxClusterCtas) return 0;
+  std::atomic<int>& slot = g_resident[device][transpose ? 1 : 0][cluster_ctas];
   const int known = slot.load();
   if (known > 0) return known - 1;
-  int per_sm = 0, sms = 0, cooperative = 0, count = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(transpose), kThreads, 0) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative) {
-    count = per_sm * sms;
+  const KernelFn kernel = kernel_for(transpose);
+  int count = 0;
+  if (cluster_ctas == 0) {
+    int per_sm = 0, sms = 0, cooperative = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative) {
+      count = per_sm * sms;
+    }
+  } else {
+    int major = 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = launch_config(cluster_ctas, cluster_ctas, nullptr, &attr);
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9 ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
+      count = 0;
+    }
   }
   (void)cudaGetLastError();
   slot.store(count + 1);
   return count;
 }
 
+int group_ctas(int64_t n) { return static_cast<int>((n + kBN - 1) / kBN); }
+
 }  // namespace
 
-bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias) {
+bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias,
+                                 bool counted) {
   if (n < 4 || n % 4 != 0 || rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
+  if (!counted && group_ctas(n) > kMaxClusterCtas) return false;
   for (const void* p : {x, w, bias}) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   }
@@ -240,7 +300,11 @@ bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const v
     (void)cudaGetLastError();
     return false;
   }
-  return resident_ctas(device, false) >= (n + kBN - 1) / kBN && resident_ctas(device, true) >= (n + kBN - 1) / kBN;
+  const int group = group_ctas(n);
+  for (const bool transpose : {false, true}) {
+    if (counted ? resident(device, transpose, 0) < group : resident(device, transpose, group) < 1) return false;
+  }
+  return true;
 }
 
 int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
@@ -249,25 +313,21 @@ int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
 
 cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
                                uint32_t* counters, cudaStream_t stream) {
-  if (!square_matmul_ffma_supports(rows, n, x, w, bias) || counters == nullptr) return cudaErrorNotSupported;
+  const bool counted = counters != nullptr;
+  if (!square_matmul_ffma_supports(rows, n, x, w, bias, counted)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
-  const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_ffma_counter_bytes(rows), stream);
-  if (zeroed != cudaSuccess) return zeroed;
-
-  const int group = static_cast<int>((n + kBN - 1) / kBN);
+  if (counted) {
+    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_ffma_counter_bytes(rows), stream);
+    if (zeroed != cudaSuccess) return zeroed;
+  }
+  const int group = group_ctas(n);
   const int64_t row_blocks = (rows + kBM - 1) / kBM;
-  const int groups = static_cast<int>(std::min<int64_t>(resident_ctas(device, transpose) / group, row_blocks));
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeCooperative;
-  attr.val.cooperative = 1;
-  config.gridDim = dim3(groups * group);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  const int fit = counted ? resident(device, transpose, 0) / group : resident(device, transpose, group);
+  const int groups = static_cast<int>(std::min<int64_t>(fit, row_blocks));
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config = launch_config(groups * group, counted ? 0 : group, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(transpose), x, w, bias, static_cast<int>(rows), static_cast<int>(n),
                             counters, group);
 }
