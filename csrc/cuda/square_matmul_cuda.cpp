@@ -72,11 +72,16 @@ double fused_share_of_cublas(int64_t element_size) { return element_size == 2 ? 
 // overrides it (tests use 0 to send every shape the kernel takes to it).
 constexpr int64_t kWgmmaMinTiles = 128;
 
-// Below this many 128 x 128 result tiles (one per CTA of a full grid: two
-// CTAs on each of an H100's 132 SMs) the fp32 FFMA kernel leaves SMs idle,
-// and the older routes are kept. MAKE_INPLACE_FFMA_MIN_TILES overrides it
-// (tests use 0 to send every shape the kernel takes to it).
-constexpr int64_t kFfmaMinTiles = 264;
+// The fp32 FFMA kernel needs this many 128 x 128 result tiles to beat the
+// older routes (H100, TF32 off): counted, 256 tiles (4096 x 1024, every CTA
+// of the grid busy) run at 0.96x torch.matmul; clusters, which fit fewer
+// CTAs at once, reach 0.61x at 256 tiles against the fused kernel's 0.65x,
+// and 0.73x at 512 (16384 x 512) against its 0.54x
+// (benchmarks/results/h100/sweep_square_matmul_ffma.txt).
+// MAKE_INPLACE_FFMA_MIN_TILES overrides both (tests use 0 to send every shape
+// the kernel takes to it).
+constexpr int64_t kFfmaCountedMinTiles = 256;
+constexpr int64_t kFfmaClusterMinTiles = 512;
 // The width from which fp32 keeps the panel route when its buffer is
 // contiguous (see square_matmul_cuda). MAKE_INPLACE_FFMA_PANELS_FROM_N
 // overrides it (sweeps).
@@ -343,7 +348,9 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
     const bool panels_ahead = n >= env_int("MAKE_INPLACE_FFMA_PANELS_FROM_N", kFfmaPanelsFromN) &&
                               !plan.small_blocks && panels_pay(plan, rows, n, sizeof(float));
     const void* bias_ptr = has_bias ? bias->const_data_ptr() : nullptr;
-    if (tiles_128 >= env_int("MAKE_INPLACE_FFMA_MIN_TILES", kFfmaMinTiles) && !panels_ahead &&
+    const int64_t min_tiles =
+        env_int("MAKE_INPLACE_FFMA_MIN_TILES", counted ? kFfmaCountedMinTiles : kFfmaClusterMinTiles);
+    if (tiles_128 >= min_tiles && !panels_ahead &&
         kernels::square_matmul_ffma_supports(rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
                                              counted)) {
       at::Tensor counters;
