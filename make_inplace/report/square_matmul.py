@@ -48,7 +48,7 @@ def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype, workspace_
 
 def rows(device: torch.device) -> list[Row]:
     if device.type == "cuda":
-        shapes = [(16384, 4096, torch.bfloat16), (65536, 768, torch.bfloat16), (16384, 4096, torch.float32)]
+        shapes = [(16384, 4096, torch.bfloat16), (65536, 768, torch.bfloat16), (40000, 1024, torch.float32)]
     else:
         shapes = [(4096, 512, torch.float32)]
     out = []
