@@ -308,6 +308,24 @@ def _kernel_names(fn):
     return " ".join(e.name for e in prof.events())
 
 
+def _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_bytes):
+    """Runs square_matmul_ on the first `rows` rows of a buffer one row longer: the named
+    kernel must run, the result must match float64, and the row after x must stay unwritten.
+    Odd row counts also add a bias."""
+    x, w, b = make(rows, n, dtype, "cuda", bias=(rows % 2 == 1))
+    x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
+    x_extra[:rows] = x
+    sentinel = x_extra[rows].clone()
+    view = x_extra[:rows]
+    expected = reference(view, w, b, transpose)
+    names = _kernel_names(
+        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
+    )
+    assert kernel in names, names
+    assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
+    assert torch.equal(x_extra[rows], sentinel)
+
+
 @requires_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
@@ -329,18 +347,7 @@ def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_
     monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
     if tiles_per_cta != "auto":
         monkeypatch.setenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA", tiles_per_cta)
-    x, w, b = make(rows, n, dtype, "cuda", bias=(rows % 2 == 1))
-    x_extra = torch.randn(rows + 1, n, dtype=dtype, device="cuda")
-    x_extra[:rows] = x  # a sentinel row after x must not be written
-    sentinel = x_extra[rows].clone()
-    view = x_extra[:rows]
-    expected = reference(view, w, b, transpose)
-    names = _kernel_names(
-        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
-    )
-    assert "square_matmul_wgmma" in names, names
-    assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
-    assert torch.equal(x_extra[rows], sentinel)
+    _check_kernel_with_sentinel("square_matmul_wgmma", rows, n, dtype, transpose, workspace_bytes)
 
 
 @requires_hopper
@@ -399,18 +406,7 @@ def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose, workspace_byte
     monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
     monkeypatch.setenv("MAKE_INPLACE_FFMA_PANELS_FROM_N", str(1 << 62))
     assert not torch.backends.cuda.matmul.allow_tf32
-    x, w, b = make(rows, n, torch.float32, "cuda", bias=(rows % 2 == 1))
-    x_extra = torch.randn(rows + 1, n, device="cuda")
-    x_extra[:rows] = x
-    sentinel = x_extra[rows].clone()
-    view = x_extra[:rows]
-    expected = reference(view, w, b, transpose)
-    names = _kernel_names(
-        lambda: make_inplace.square_matmul_(view, w, b, transpose=transpose, workspace_bytes=workspace_bytes)
-    )
-    assert "square_matmul_ffma" in names, names
-    assert relative_error(view, expected) < TOL[torch.float32], relative_error(view, expected)
-    assert torch.equal(x_extra[rows], sentinel)
+    _check_kernel_with_sentinel("square_matmul_ffma", rows, n, torch.float32, transpose, workspace_bytes)
 
 
 @requires_cuda

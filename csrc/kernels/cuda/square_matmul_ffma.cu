@@ -27,6 +27,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "make_inplace/kernels/row_block_groups.cuh"
+#include "make_inplace/kernels/sm90_sync.cuh"
+
 namespace make_inplace::kernels {
 namespace {
 
@@ -40,23 +43,6 @@ constexpr int kCtasPerSm = 2;
 // warp writes together, land 16 banks apart.
 constexpr int kPad = kBM + 4;
 
-__device__ __forceinline__ void count_done(uint32_t* counter) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-}
-
-__device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t target) {
-  uint32_t seen;
-  while (true) {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    if (seen >= target) break;
-    __nanosleep(32);
-  }
-}
-
-// A 16-byte global load, zero where !ok. volatile keeps it where it is
-// written: left to itself the compiler sinks the next slice's loads to their
-// use after the FFMAs (saving the 8 staging registers), which exposes their
-// whole latency at every slice.
 // Cluster mode: the group is a thread-block cluster, and all its CTAs work
 // the same row-blocks in step, so one cluster-wide barrier per block says
 // that every CTA is done reading it (each thread arrives after its own loads
@@ -64,12 +50,15 @@ __device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t tar
 // elsewhere.
 __device__ __forceinline__ void cluster_barrier() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  sm90::cluster_sync();
 #else
   __trap();
 #endif
 }
 
+// A 16-byte global load, zero where !ok. (volatile: the compiler may neither
+// drop nor merge it; the unconditional call in the main loop is what keeps it
+// ahead of the FFMAs.)
 __device__ __forceinline__ float4 load4(const float* p, bool ok) {
   float4 v;
   asm volatile(
@@ -198,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // before the barrier above: tell the group, then wait for all of it.
     if (counters != nullptr) {
       if (tid == 0) {
-        count_done(counters + rb);
-        wait_count(counters + rb, group);
+        row_block_groups::count_done(counters + rb);
+        row_block_groups::wait_count(counters + rb, group);
       }
       __syncthreads();
     } else {
@@ -234,25 +223,6 @@ constexpr int kMaxClusterCtas = 16;  // H100/H200 non-portable maximum
 // (device, layout); 0: not asked yet.
 std::atomic<int> g_resident[kMaxDevices][2][kMaxClusterCtas + 1];
 
-cudaLaunchConfig_t launch_config(int grid, int cluster_ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  if (cluster_ctas == 0) {
-    attr->id = cudaLaunchAttributeCooperative;
-    attr->val.cooperative = 1;
-  } else {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = cluster_ctas;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-  }
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
 // How many plain CTAs (cluster_ctas = 0, the cooperative grid of the
 // counted mode) or clusters of cluster_ctas CTAs fit on the device at once.
 int resident(int device, bool transpose, int cluster_ctas) {
@@ -272,7 +242,8 @@ int resident(int device, bool transpose, int cluster_ctas) {
   } else {
     int major = 0;
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = launch_config(cluster_ctas, cluster_ctas, nullptr, &attr);
+    const cudaLaunchConfig_t config =
+        row_block_groups::launch_config(cluster_ctas, kThreads, 0, cluster_ctas, nullptr, &attr);
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9 ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
@@ -327,7 +298,8 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   const int fit = counted ? resident(device, transpose, 0) / group : resident(device, transpose, group);
   const int groups = static_cast<int>(std::min<int64_t>(fit, row_blocks));
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = launch_config(groups * group, counted ? 0 : group, stream, &attr);
+  const cudaLaunchConfig_t config =
+      row_block_groups::launch_config(groups * group, kThreads, 0, counted ? 0 : group, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(transpose), x, w, bias, static_cast<int>(rows), static_cast<int>(n),
                             counters, group);
 }

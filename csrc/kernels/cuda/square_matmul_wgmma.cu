@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "make_inplace/kernels/packed_rows.cuh"
+#include "make_inplace/kernels/row_block_groups.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
 namespace make_inplace::kernels {
@@ -74,26 +75,13 @@ constexpr int kParkBoxBytes = kBM * kBoxCols * 2; // a 128 x 64 box of results, 
 
 using rowwise::pack_pair;
 using rowwise::to_acc;
+using row_block_groups::count_done;
+using row_block_groups::wait_count;
 using sm90::cluster_sync;
 using sm90::mbar_arrive;
 using sm90::mbar_arrive_expect_tx;
 using sm90::mbar_wait;
 using sm90::shared_address;
-
-// Row-block counters in global memory (the counted mode): a CTA adds 1 when
-// it is done with the block; the block may be written once all have.
-__device__ __forceinline__ void count_done(uint32_t* counter) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-}
-
-__device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t target) {
-  uint32_t seen;
-  while (true) {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    if (seen >= target) break;
-    __nanosleep(64);
-  }
-}
 
 // How the CTAs owning a row-block tell one another they are done reading it:
 // mbarriers over distributed shared memory (a cluster) or a counter per
@@ -461,29 +449,6 @@ int variant_index(ScalarKind kind, bool k_major, int tiles) {
   return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (tiles - 1);
 }
 
-// A launch of clusters of ctas_per_cluster CTAs, or (cooperative, for the
-// counted mode) of plain CTAs that are all resident at once.
-cudaLaunchConfig_t launch_config(int ctas_per_cluster, int grid, cudaStream_t stream, cudaLaunchAttribute* attr,
-                                 bool cooperative = false) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.stream = stream;
-  if (cooperative) {
-    attr->id = cudaLaunchAttributeCooperative;
-    attr->val.cooperative = 1;
-  } else {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = ctas_per_cluster;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-  }
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
 // How many clusters of `ctas` CTAs of this variant fit on the device at once
 // (0: none, e.g. a cluster size the device cannot schedule). ctas = 0 asks
 // instead how many plain CTAs fit (the counted mode's cooperative grid).
@@ -504,7 +469,7 @@ int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ct
       }
     } else {
       cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, &attr);
+      const cudaLaunchConfig_t config = row_block_groups::launch_config(ctas, kThreads, kSmemBytes, ctas, nullptr, &attr);
       if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
         count = 0;
       }
@@ -603,14 +568,16 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
     const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_wgmma_counter_bytes(rows), stream);
     if (zeroed != cudaSuccess) return zeroed;
     const int groups = static_cast<int>(std::min<int64_t>(resident / group, row_blocks));
-    const cudaLaunchConfig_t config = launch_config(1, groups * group, stream, &attr, /*cooperative=*/true);
+    const cudaLaunchConfig_t config =
+        row_block_groups::launch_config(groups * group, kThreads, kSmemBytes, 0, stream, &attr);
     return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, counted_tiles), x_map, w_map, x, bias, rows,
                               static_cast<int>(n), col_tiles, counters, group);
   }
 
   const Plan plan = plan_for(device, kind, transpose, n);
   const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
-  const cudaLaunchConfig_t config = launch_config(plan.ctas, clusters * plan.ctas, stream, &attr);
+  const cudaLaunchConfig_t config =
+      row_block_groups::launch_config(clusters * plan.ctas, kThreads, kSmemBytes, plan.ctas, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.tiles), x_map, w_map, x, bias, rows,
                             static_cast<int>(n), col_tiles, static_cast<uint32_t*>(nullptr), 0);
 }

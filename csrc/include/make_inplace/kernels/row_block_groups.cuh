@@ -1,0 +1,52 @@
+#pragma once
+// What the in-place square matmul kernels share (square_matmul_wgmma's counted
+// mode and square_matmul_ffma): groups of CTAs own 128-row blocks of x, and a
+// CTA may write its results over a block only once every CTA of its group has
+// finished reading it. The groups meet on one counter per block, or are
+// thread-block clusters. Either way every CTA of a group must be resident at
+// once, hence the cooperative launch (or the cluster launch).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace make_inplace::kernels::row_block_groups {
+
+// One thread per CTA, once its reads of the block are done: they happen
+// before the add (release), so a CTA that sees the full count may write.
+__device__ __forceinline__ void count_done(uint32_t* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
+__device__ __forceinline__ void wait_count(const uint32_t* counter, uint32_t target) {
+  uint32_t seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= target) break;
+    __nanosleep(32);
+  }
+}
+
+// A launch of `grid` CTAs: cooperative (all resident) when cluster_ctas is
+// 0, else in clusters of cluster_ctas. attr must outlive the launch.
+inline cudaLaunchConfig_t launch_config(int grid, int threads, int smem_bytes, int cluster_ctas,
+                                        cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  if (cluster_ctas == 0) {
+    attr->id = cudaLaunchAttributeCooperative;
+    attr->val.cooperative = 1;
+  } else {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cluster_ctas;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+  }
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+}  // namespace make_inplace::kernels::row_block_groups
