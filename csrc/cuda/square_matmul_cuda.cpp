@@ -331,20 +331,22 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
     return;
   }
 
+  const int64_t bound = workspace_bound(x, workspace_bytes);
+  const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
+  const PanelPlan plan = plan_panels(bound, row_bytes, rows);
+
   // fp32 without TF32: cuBLAS would run SGEMM too, but only on panels of
   // the workspace, each one wave of the GPU; the FFMA kernel runs the whole
   // product as one in-place kernel. Its row-block counters come from the
   // small pool (at most 1 MiB, in a 2 MiB segment), hence the 2 MiB floor on
   // the bound; below it, clusters need no memory at all (n <= 2048, sm_90).
   if (x.scalar_type() == at::kFloat && !at::globalContext().allowTF32CuBLAS()) {
-    const int64_t bound = workspace_bound(x, workspace_bytes);
     const int64_t counter_bytes = kernels::square_matmul_ffma_counter_bytes(rows);
     const bool counted = bound >= 2 * kMiB && counter_bytes <= kSmallBlockBytes;
     const int64_t tiles_128 = (rows + 127) / 128 * ((n + 127) / 128);
     // From n = 4096 on, one contiguous panel buffer (a bound of 10 MiB or
     // more) keeps cuBLAS ahead: the copy weighs 1/n of the GEMM, while the
     // FFMA kernel's groups of 32 CTAs fill 256 of an H100's 264 slots.
-    const PanelPlan plan = plan_panels(bound, n * static_cast<int64_t>(sizeof(float)), rows);
     const bool panels_ahead = n >= env_int("MAKE_INPLACE_FFMA_PANELS_FROM_N", kFfmaPanelsFromN) &&
                               !plan.small_blocks && panels_pay(plan, rows, n, sizeof(float));
     const void* bias_ptr = has_bias ? bias->const_data_ptr() : nullptr;
@@ -352,7 +354,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
         env_int("MAKE_INPLACE_FFMA_MIN_TILES", counted ? kFfmaCountedMinTiles : kFfmaClusterMinTiles);
     if (tiles_128 >= min_tiles && !panels_ahead &&
         kernels::square_matmul_ffma_supports(rows, n, x.const_data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
-                                             counted)) {
+                                             w.transpose, counted)) {
       at::Tensor counters;
       if (counted) counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
       C10_CUDA_CHECK(kernels::square_matmul_ffma(
@@ -362,8 +364,6 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
     }
   }
 
-  const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
-  const PanelPlan plan = plan_panels(workspace_bound(x, workspace_bytes), row_bytes, rows);
   const bool fused_ok = kernels::square_matmul_fused_supports(kind, n);
   if (plan.rows_per_block >= 1 &&
       (panels_pay(plan, rows, n, x.element_size()) || !fused_ok)) {

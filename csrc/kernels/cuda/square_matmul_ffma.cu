@@ -260,7 +260,7 @@ int group_ctas(int64_t n) { return static_cast<int>((n + kBN - 1) / kBN); }
 }  // namespace
 
 bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias,
-                                 bool counted) {
+                                 bool transpose, bool counted) {
   if (n < 4 || n % 4 != 0 || rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
   if (!counted && group_ctas(n) > kMaxClusterCtas) return false;
   for (const void* p : {x, w, bias}) {
@@ -272,10 +272,7 @@ bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const v
     return false;
   }
   const int group = group_ctas(n);
-  for (const bool transpose : {false, true}) {
-    if (counted ? resident(device, transpose, 0) < group : resident(device, transpose, group) < 1) return false;
-  }
-  return true;
+  return counted ? resident(device, transpose, 0) >= group : resident(device, transpose, group) >= 1;
 }
 
 int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
@@ -285,7 +282,7 @@ int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
 cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
                                uint32_t* counters, cudaStream_t stream) {
   const bool counted = counters != nullptr;
-  if (!square_matmul_ffma_supports(rows, n, x, w, bias, counted)) return cudaErrorNotSupported;
+  if (!square_matmul_ffma_supports(rows, n, x, w, bias, transpose, counted)) return cudaErrorNotSupported;
   if (rows == 0) return cudaSuccess;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();

@@ -12,13 +12,14 @@
 
 namespace make_inplace::kernels {
 
-// Whether square_matmul_ffma runs this case on the current device: n is a
+// Whether square_matmul_ffma runs this case (weight layout `transpose`, mode
+// `counted`) on the current device: n is a
 // multiple of 4 (16-byte loads and stores), x, w and bias are 16-byte
 // aligned, rows < 2^31, and a row-block's ceil(n / 128) CTAs fit at once:
 // counted, in one cooperative grid (n up to about 33 000 on an H100);
 // otherwise in one thread-block cluster (sm_90, at most 16 CTAs: n <= 2048).
 bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias,
-                                 bool counted);
+                                 bool transpose, bool counted);
 
 // Bytes of device memory for square_matmul_ffma's counted mode: one counter
 // per 128-row block.
