@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import make_inplace
 from make_inplace.nn import InplaceLayerNorm
 from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from conftest import launch_orders
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -90,6 +91,24 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows, kind, offset):
     tol = 1e-10 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(mean.double(), mean_ref.reshape(rows), rtol=tol, atol=tol)
     torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=tol, atol=tol)
+
+
+# Register rows (1024, 4096, 16384), staged rows of one CTA and of a 2-CTA
+# cluster (24576 to 98304) and two-pass rows (262144), in every order: a
+# kernel's launch limits must hold whatever widths ran before.
+ORDER_WIDTHS = [1024, 4096, 16384, 24576, 40008, 65536, 98304, 262144]
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
+def test_cuda_widths_in_any_order(dtype, order):
+    for width in launch_orders(ORDER_WIDTHS)[order]:
+        x = torch.randn(64 if width < 262144 else 8, width, device="cuda", dtype=dtype) * 3 + 1.5
+        w, b = affine((width,), "cuda", dtype, "affine")
+        expected = reference(x, (width,), w, b)
+        make_inplace.layer_norm_(x, width, w, b)
+        assert_close(x, expected, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)

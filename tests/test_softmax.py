@@ -8,6 +8,7 @@ import torch
 import make_inplace
 from make_inplace.nn import InplaceSoftmax
 from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from conftest import launch_orders
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -75,6 +76,34 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows):
     expected = reference(x)
     make_inplace.softmax_(x)
     assert_close(x, expected, dtype)
+
+
+# Register rows (1024, 4096), staged rows of one CTA and of a 2-CTA cluster
+# (16384 to 98304) and two-pass rows (262144), in every order: a kernel's
+# launch limits must hold whatever widths ran before.
+ORDER_WIDTHS = [1024, 4096, 16384, 40008, 65536, 98304, 262144]
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
+def test_cuda_widths_in_any_order(dtype, order):
+    for width in launch_orders(ORDER_WIDTHS)[order]:
+        x = torch.randn(64 if width < 262144 else 8, width, device="cuda", dtype=dtype) * 4
+        expected = reference(x)
+        make_inplace.softmax_(x)
+        assert_close(x, expected, dtype)
+
+
+@CUDA
+def test_cuda_width_returns_after_a_narrower_staged_row():
+    """65536, 40008, 65536 columns at 1500 rows: the third call once failed
+    with "invalid argument" (the second had lowered the first's shared-memory limit)."""
+    for width in (65536, 40008, 65536):
+        x = torch.randn(1500, width, device="cuda", dtype=torch.float16)
+        expected = reference(x)
+        make_inplace.softmax_(x)
+        assert_close(x, expected, torch.float16)
 
 
 @CUDA

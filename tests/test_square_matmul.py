@@ -7,7 +7,7 @@ import torch
 
 import make_inplace
 from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory, relative_error
-from conftest import CUDA, DEVICES, requires_cuda
+from conftest import CUDA, DEVICES, launch_orders, requires_cuda
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 # Relative (Frobenius) error against float64 math on the same rounded inputs.
@@ -293,6 +293,18 @@ def test_cuda_runs_on_the_current_stream_after_pending_work(workspace_bytes):
         make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace_bytes)
     stream.synchronize()
     assert relative_error(x, expected) < TOL[x.dtype]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("workspace_bytes", [None, 0, 4 << 20])
+@pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
+def test_cuda_widths_in_any_order(dtype, workspace_bytes, order):
+    """Each route's kernels (wgmma, FFMA, panels, zero-workspace) over widths in
+    every order: cached launch facts must hold whatever ran before."""
+    for n in launch_orders([256, 512, 768, 1024, 2048, 4096])[order]:
+        x, w, b = make(4096, n, dtype, "cuda", bias=True)
+        check(x, w, b, transpose=(n % 1024 == 0), workspace_bytes=workspace_bytes)
 
 
 # ------------------------------------------------- CUDA: the Hopper wgmma kernel

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "make_inplace/kernels/layer_norm.h"
+#include "make_inplace/launch_check.h"
 #include "make_inplace/layer_norm.h"
 #include "make_inplace/torch_kinds.h"
 
@@ -17,9 +18,9 @@ void layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
   const LayerNormPlan p = check_layer_norm_args(x, normalized_shape, weight, bias, eps);
   const c10::cuda::CUDAGuard guard(x.device());
   if (x.numel() == 0) return;
-  C10_CUDA_CHECK(kernels::layer_norm_forward_cuda(
+  check_launch(kernels::layer_norm_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), data_or_null(weight), data_or_null(bias),
-      p.rows, p.n, eps, nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream()));
+      p.rows, p.n, eps, nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream())), "layer_norm_");
 }
 
 std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cuda(
@@ -32,10 +33,10 @@ std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cuda(
   at::Tensor mean = at::empty(p.batch_shape, opts);
   at::Tensor rstd = at::empty(p.batch_shape, opts);
   if (x.numel() == 0) return {mean, rstd};
-  C10_CUDA_CHECK(kernels::layer_norm_forward_cuda(
+  check_launch(kernels::layer_norm_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), data_or_null(weight), data_or_null(bias),
       p.rows, p.n, eps, mean.data_ptr(), rstd.data_ptr(),
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "layer_norm_stats_");
   return {mean, rstd};
 }
 
@@ -61,12 +62,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
   if (workspace_bytes > 0) {
     workspace = at::empty({workspace_bytes}, output.options().dtype(at::kByte));
   }
-  C10_CUDA_CHECK(kernels::layer_norm_backward_cuda(
+  check_launch(kernels::layer_norm_backward_cuda(
       kind, grad_output.const_data_ptr(), output.const_data_ptr(), data_or_null(weight),
       data_or_null(bias), rstd.const_data_ptr(), p.rows, p.n, data_or_null(g.grad_input),
       data_or_null(g.grad_weight), data_or_null(g.grad_bias),
       workspace.defined() ? workspace.data_ptr() : nullptr,
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "layer_norm_backward");
   return {g.grad_input, g.grad_weight, g.grad_bias};
 }
 

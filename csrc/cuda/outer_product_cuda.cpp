@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "make_inplace/launch_check.h"
 #include "make_inplace/outer_product.h"
 #include "make_inplace/torch_kinds.h"
 
@@ -17,10 +18,10 @@ void outer_product_forward_cuda(const at::Tensor& a, const at::Tensor& b,
   if (s.batch == 0 || s.n == 0 || s.m == 0) return;
   const c10::cuda::CUDAGuard guard(a.device());
   at::Tensor a2, b2;
-  C10_CUDA_CHECK(kernels::outer_product_forward_cuda(
+  check_launch(kernels::outer_product_forward_cuda(
       scalar_kind(a.scalar_type()), outer_input(a, {s.batch, s.n}, a2),
       outer_input(b, {s.batch, s.m}, b2), out.data_ptr(), s.batch, s.n, s.m,
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "outer_product");
 }
 
 void outer_product_backward_cuda(const at::Tensor& grad_out, const at::Tensor& a,
@@ -33,11 +34,11 @@ void outer_product_backward_cuda(const at::Tensor& grad_out, const at::Tensor& a
   if (s.batch == 0 || (!want_a && !want_b)) return;
   const c10::cuda::CUDAGuard guard(a.device());
   at::Tensor g2, a2, b2;
-  C10_CUDA_CHECK(kernels::outer_product_backward_cuda(
+  check_launch(kernels::outer_product_backward_cuda(
       scalar_kind(a.scalar_type()), outer_input(grad_out, {s.batch, s.n, s.m}, g2),
       outer_input(a, {s.batch, s.n}, a2), outer_input(b, {s.batch, s.m}, b2),
       want_a ? grad_a->data_ptr() : nullptr, want_b ? grad_b->data_ptr() : nullptr,
-      s.batch, s.n, s.m, accumulate, at::cuda::getCurrentCUDAStream().stream()));
+      s.batch, s.n, s.m, accumulate, at::cuda::getCurrentCUDAStream().stream())), "outer_product_backward");
 }
 
 }  // namespace

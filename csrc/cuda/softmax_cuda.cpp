@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "make_inplace/launch_check.h"
 #include "make_inplace/softmax.h"
 #include "make_inplace/torch_kinds.h"
 
@@ -15,9 +16,9 @@ void softmax_cuda(const at::Tensor& x, int64_t dim, std::optional<double> scale,
   const SoftmaxPlan p = check_softmax_args(x, dim, scale, causal, mask);
   const c10::cuda::CUDAGuard guard(x.device());
   if (x.numel() == 0) return;
-  C10_CUDA_CHECK(kernels::softmax_forward_cuda(
+  check_launch(kernels::softmax_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      p.causal_rows, p.mask, at::cuda::getCurrentCUDAStream().stream()));
+      p.causal_rows, p.mask, at::cuda::getCurrentCUDAStream().stream())), "softmax_");
 }
 
 at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor& output,
@@ -26,10 +27,10 @@ at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor
   const c10::cuda::CUDAGuard guard(output.device());
   at::Tensor grad_input = at::empty_like(output);
   if (output.numel() == 0) return grad_input;
-  C10_CUDA_CHECK(kernels::softmax_backward_cuda(
+  check_launch(kernels::softmax_backward_cuda(
       scalar_kind(output.scalar_type()), grad_output.const_data_ptr(),
       output.const_data_ptr(), grad_input.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "softmax_backward");
   return grad_input;
 }
 
@@ -39,10 +40,10 @@ void softmax_backward_inplace_cuda(const at::Tensor& grad, const at::Tensor& out
   check_no_overlap(grad, "grad", output, "output");
   const c10::cuda::CUDAGuard guard(output.device());
   if (output.numel() == 0) return;
-  C10_CUDA_CHECK(kernels::softmax_backward_cuda(
+  check_launch(kernels::softmax_backward_cuda(
       scalar_kind(output.scalar_type()), grad.const_data_ptr(), output.const_data_ptr(),
       grad.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "softmax_backward_");
 }
 
 }  // namespace

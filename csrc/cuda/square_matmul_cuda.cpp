@@ -31,6 +31,7 @@
 #include "make_inplace/kernels/square_matmul_fused.h"
 #include "make_inplace/kernels/square_matmul_panels.h"
 #include "make_inplace/kernels/square_matmul_wgmma.h"
+#include "make_inplace/launch_check.h"
 #include "make_inplace/square_matmul.h"
 #include "make_inplace/torch_kinds.h"
 
@@ -246,9 +247,9 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
     const int64_t total = (rows + plan.rows_per_block - 1) / plan.rows_per_block;
     x_run_first = first_sub_panel;
     x_run_count = std::min(x_run_capacity, total - first_sub_panel);
-    C10_CUDA_CHECK(kernels::write_panel_pointers(dst, fixed, fixed_count,
+    check_launch(kernels::write_panel_pointers(dst, fixed, fixed_count,
                                                  x_bytes + first_sub_panel * sub_panel_bytes,
-                                                 sub_panel_bytes, x_run_count, main.stream()));
+                                                 sub_panel_bytes, x_run_count, main.stream())), "square_matmul_");
   };
   if (batched) {
     const int64_t tail_offset = (sub_panel_bytes + 15) / 16 * 16;
@@ -291,10 +292,10 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
     PanelBlocks blocks_of_panel{};
     const int used = static_cast<int>(full + (rest > 0 ? 1 : 0));
     for (int b = 0; b < used; ++b) blocks_of_panel.ptr[b] = block[b];
-    C10_CUDA_CHECK(kernels::copy_panel_blocks(
+    check_launch(kernels::copy_panel_blocks(
         kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used,
         plan.rows_per_block, count, n, has_bias ? bias->const_data_ptr() : nullptr,
-        main.stream()));
+        main.stream())), "square_matmul_");
   }
 }
 
@@ -325,9 +326,9 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
         env_int("MAKE_INPLACE_WGMMA_COUNTERS", 1) != 0) {
       counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
     }
-    C10_CUDA_CHECK(kernels::square_matmul_wgmma(
+    check_launch(kernels::square_matmul_wgmma(
         kind, x.data_ptr(), w.matrix.const_data_ptr(), has_bias ? bias->const_data_ptr() : nullptr, rows, n,
-        w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr));
+        w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr)), "square_matmul_");
     return;
   }
 
@@ -357,9 +358,9 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
                                              w.transpose, counted)) {
       at::Tensor counters;
       if (counted) counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
-      C10_CUDA_CHECK(kernels::square_matmul_ffma(
+      check_launch(kernels::square_matmul_ffma(
           x.data_ptr<float>(), w.matrix.const_data_ptr<float>(), static_cast<const float*>(bias_ptr), rows, n,
-          w.transpose, counted ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr, stream));
+          w.transpose, counted ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr, stream)), "square_matmul_");
       return;
     }
   }
@@ -374,10 +375,10 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
               " is too wide for the zero-workspace kernel on this GPU and "
               "workspace_bytes allows less than one row (", row_bytes,
               " bytes) of workspace; pass a larger workspace_bytes");
-  C10_CUDA_CHECK(kernels::square_matmul_fused(
+  check_launch(kernels::square_matmul_fused(
       kind, x.data_ptr(), w.matrix.const_data_ptr(),
       has_bias ? bias->const_data_ptr() : nullptr, rows, n, w.transpose,
-      at::globalContext().allowTF32CuBLAS(), stream));
+      at::globalContext().allowTF32CuBLAS(), stream)), "square_matmul_");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "make_inplace/launch_check.h"
 #include "make_inplace/torch_kinds.h"
 #include "make_inplace/trilinear.h"
 
@@ -16,10 +17,10 @@ void trilinear_forward_cuda(const at::Tensor& feats, const at::Tensor& points,
                             const at::Tensor& out) {
   check_trilinear_forward_args(feats, points, out);
   const c10::cuda::CUDAGuard guard(feats.device());
-  C10_CUDA_CHECK(kernels::trilinear_forward_cuda(
+  check_launch(kernels::trilinear_forward_cuda(
       scalar_kind(feats.scalar_type()), trilinear_input(feats),
       trilinear_input(points), out.data_ptr(), feats.size(0), feats.size(2),
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "trilinear_interpolation");
 }
 
 void trilinear_backward_cuda(const at::Tensor& grad_out, const at::Tensor& points,
@@ -29,13 +30,13 @@ void trilinear_backward_cuda(const at::Tensor& grad_out, const at::Tensor& point
   check_trilinear_backward_args(grad_out, points, feats, grad_feats, grad_points);
   const bool with_points = grad_points.has_value() && grad_points->defined();
   const c10::cuda::CUDAGuard guard(grad_out.device());
-  C10_CUDA_CHECK(kernels::trilinear_backward_cuda(
+  check_launch(kernels::trilinear_backward_cuda(
       scalar_kind(grad_out.scalar_type()), trilinear_input(grad_out),
       trilinear_input(points),
       with_points ? trilinear_input(*feats) : kernels::TrilinearInput{},
       grad_feats.data_ptr(), with_points ? grad_points->data_ptr() : nullptr,
       grad_out.size(0), grad_out.size(1), accumulate,
-      at::cuda::getCurrentCUDAStream().stream()));
+      at::cuda::getCurrentCUDAStream().stream())), "trilinear_interpolation_backward");
 }
 
 }  // namespace

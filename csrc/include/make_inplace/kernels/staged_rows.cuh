@@ -141,10 +141,15 @@ inline bool plan_halves(int64_t n, int elem, Plan* plan) {
   return true;
 }
 
+// The most dynamic shared memory any plan asks for.
+constexpr int kMaxPlanSmemBytes = kBarrierBytes + kMaxRingBytes;
+
 // Launches a persistent staged kernel: as many CTAs as fit on the GPU at
-// once (whole clusters of plan.split), at most plan.split per row. The
-// shared-memory opt-in and the occupancy query run once per kernel, device
-// and plan shape, not on every launch.
+// once (whole clusters of plan.split), at most plan.split per row.
+// A kernel's dynamic shared-memory limit is one value per (kernel, device),
+// not per plan: it is raised once to kMaxPlanSmemBytes and never lowered, so
+// whatever widths earlier calls (from any thread) ran, this launch fits it.
+// The occupancy, which does depend on the plan, is cached per plan shape.
 template <typename... Params, typename... Args>
 cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64_t rows,
                               cudaStream_t stream, Args&&... args) {
@@ -155,6 +160,7 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
   };
   static std::mutex mutex;
   static std::vector<Fit> known;
+  if (plan.smem_bytes > kMaxPlanSmemBytes) return cudaErrorInvalidValue;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -162,26 +168,27 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
   int64_t ctas = 0;
   {
     const std::lock_guard<std::mutex> lock(mutex);
+    bool raised = false;
     for (const Fit& f : known) {
-      if (f.kernel == key && f.device == device && f.smem_bytes == plan.smem_bytes &&
-          f.threads == plan.threads) {
-        ctas = f.ctas;
-      }
+      if (f.kernel != key || f.device != device) continue;
+      raised = true;
+      if (f.smem_bytes == plan.smem_bytes && f.threads == plan.threads) ctas = f.ctas;
     }
-  }
-  if (ctas == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               plan.smem_bytes);
-    if (err != cudaSuccess) return err;
-    int sms = 0, per_sm = 0;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
-                                                        plan.smem_bytes);
-    if (err != cudaSuccess) return err;
-    ctas = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-    const std::lock_guard<std::mutex> lock(mutex);
-    known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
+    if (!raised) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kMaxPlanSmemBytes);
+      if (err != cudaSuccess) return err;
+    }
+    if (ctas == 0) {
+      int sms = 0, per_sm = 0;
+      err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      if (err != cudaSuccess) return err;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
+                                                          plan.smem_bytes);
+      if (err != cudaSuccess) return err;
+      ctas = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+      known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
+    }
   }
   const int64_t clusters = std::min<int64_t>(rows, ctas / plan.split);
   if (plan.split == 1) {
