@@ -1,3 +1,5 @@
+import random
+
 import pytest
 import torch
 
@@ -20,3 +22,15 @@ def launch_orders(values):
     up = sorted(values)
     alternating = [v for small in up[:-1] for v in (up[-1], small)] + [up[-1]]
     return {"increasing": up, "decreasing": up[::-1], "alternating": alternating}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shuffle-seed", type=int, default=None,
+                     help="run the tests in a random order drawn from this seed (the GPU run uses it: "
+                          "kernels' cached launch state must not depend on which tests ran before)")
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("--shuffle-seed")
+    if seed is not None:
+        random.Random(seed).shuffle(items)
