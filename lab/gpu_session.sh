@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One batched GPU session on the device machine (torch 2.11 + CUDA 13.0, sm_90):
+# build in place, then the steps named as arguments, logs and JSON under $OUT.
+#   steps: tests[=PYTEST_K]  bench[=FILES]  main  sweep  budget  mindspore
+# Example: OUT=/tmp/out bash lab/gpu_session.sh tests bench main
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/make_inplace_out}
+mkdir -p "$OUT"
+py=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
+# The device machine gets the working tree without .git: COMMIT names it.
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "commit $commit torch $($py -c 'import torch; print(torch.__version__)')" | tee -a "$OUT/gpu.txt"
+t0=$(date +%s)
+if [ -n "${PREBUILT:-}" ]; then
+  # A library built elsewhere (scripts/build_cuda_check.sh-style, g++ 12):
+  # on the device image a build with its g++ 13.3 crashed while formatting
+  # TORCH_CHECK messages (inside c10::str), so the tested library is carried.
+  rm -f make_inplace/_C*.so && cp "$PREBUILT" make_inplace/
+else
+  $py setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+fi
+echo "built in $(( $(date +%s) - t0 )) s"
+status=0
+for step in "$@"; do
+  name=${step%%=*}; arg=${step#*=}; [ "$arg" = "$step" ] && arg=""
+  echo "=== $name $arg ($(date +%T))"
+  case $name in
+    tests)
+      # One pytest process per file, so a crash in one cannot hide the others.
+      for f in tests/test_*.py; do
+        [ "$f" = tests/test_build_routes.py ] && continue
+        b=$(basename "$f" .py)
+        $py -m pytest "$f" -q -rfE -p no:cacheprovider ${arg:+-k "$arg"} --junitxml="$OUT/$b.xml" > "$OUT/$b.log" 2>&1
+        rc=$?; [ $rc -ne 0 ] && status=1
+        echo "$b rc=$rc: $(tail -n 1 "$OUT/$b.log")"
+        grep -E "^(FAILED|ERROR)|Fatal Python error|File \"/work" "$OUT/$b.log" | head -n 12
+      done 2>&1 | tee "$OUT/tests.log" ;;
+    bench)
+      $py -m pytest ${arg:-benchmarks} -q -p no:cacheprovider --benchmark-only --benchmark-group-by=group \
+        --benchmark-columns=median,ops --benchmark-json="$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+      tail -n 5 "$OUT/bench.log"
+      $py benchmarks/summarize.py "$OUT/bench.json@$commit" --out "$OUT/summary" ;;
+    main)
+      $py -m make_inplace --json "$OUT/main.json" 2>&1 | tee "$OUT/main.log" || status=1 ;;
+    sweep)
+      $py lab/sweep_square_matmul_fused.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
+    budget)
+      $py benchmarks/memory_budget.py --out "$OUT/budget" 2>&1 | tail -n 40 || status=1 ;;
+    mindspore)
+      $py scripts/mindspore_cuda_check.py 2>&1 | tee "$OUT/mindspore.log" | tail -n 40 || status=1 ;;
+    *) echo "unknown step $name"; status=1 ;;
+  esac
+done
+# At most 8 files come back from the device: per-file test logs go in one archive.
+(cd "$OUT" && ls test_*.log test_*.xml >/dev/null 2>&1 && tar czf tests.tgz test_*.log test_*.xml && rm -f test_*.log test_*.xml)
+echo "=== done in $(( $(date +%s) - t0 )) s, status $status"
+exit $status

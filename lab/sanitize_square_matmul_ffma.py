@@ -1,0 +1,25 @@
+"""compute-sanitizer cases for the fp32 FFMA square matmul kernel in both modes
+(counters: a 4 MiB bound; clusters: workspace_bytes=0, n <= 2048): both weight
+layouts, partial row-blocks, partial column tiles and k-slices, groups of 1-17
+CTAs, more row-blocks than groups.
+
+    compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_ffma.py
+    compute-sanitizer --tool racecheck python lab/sanitize_square_matmul_ffma.py
+"""
+
+import os
+
+import torch
+
+import make_inplace
+
+os.environ["MAKE_INPLACE_FFMA_MIN_TILES"] = "0"
+cases = [(300, 1024, False), (257, 2052, True), (130, 100, False), (40000, 36, True)]
+for workspace, rows, n, t in [(4 << 20, *c) for c in cases] + [(0, *c) for c in cases if c[1] <= 2048]:
+    x = torch.randn(rows, n, device="cuda")
+    w = torch.randn(n, n, device="cuda") / n**0.5
+    b = torch.randn(n, device="cuda")
+    ref = x.double() @ (w.double().t() if t else w.double()) + b.double()
+    make_inplace.square_matmul_(x, w, b, transpose=t, workspace_bytes=workspace)
+    torch.cuda.synchronize()
+    print(workspace, rows, n, t, ((x.double() - ref).norm() / ref.norm()).item())
