@@ -1,6 +1,6 @@
 """layer_norm_ against torch.nn.functional.layer_norm (eager, and torch.compile on CUDA).
 
-Shapes are issue 3's: (rows, cols) in {(262144, 1024), (16384, 4096), (4096, 16384),
+Shapes: (rows, cols) in {(262144, 1024), (16384, 4096), (4096, 16384),
 (1024, 65536), (262144, 128), (4194304, 32)} plus (256, 262144) for the streaming
 path, bfloat16, float16 and float32, with weight and bias (as nn.LayerNorm).
 Throughput counts one read and one write of x, against the card's copy bandwidth.

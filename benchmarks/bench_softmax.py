@@ -1,6 +1,6 @@
 """softmax_ against torch.softmax (eager, and torch.compile on CUDA) at the same shapes.
 
-Shapes are issue 3's: (rows, cols) in {(262144, 1024), (16384, 4096), (4096, 16384),
+Shapes: (rows, cols) in {(262144, 1024), (16384, 4096), (4096, 16384),
 (1024, 65536), (262144, 128), (4194304, 32)} plus (256, 262144) for the streaming
 path, in bfloat16, float16 and float32. Throughput counts one read and one write
 of x (the least any softmax must move), against the card's copy bandwidth.

@@ -4,10 +4,11 @@ Pairs torch (eager, and torch.compile on CUDA) with make_inplace at the same
 shapes in pytest-benchmark, one group per (op, dtype, shape), so
 ``pytest benchmarks --benchmark-only --benchmark-group-by=group`` prints them
 side by side. Each entry's ``extra_info`` holds the GPU time per call from CUDA events
-(median, host launch time not counted: ``measure.time_ms``), throughput
+(median, host launch time not counted: ``make_inplace._measure.time_ms``), throughput
 against the card's ceiling, and the peak extra memory
 (``max_memory_reserved`` / ``max_memory_allocated``) of one call measured from
-a cold allocator as DESIGN.md describes.
+a cold allocator (docs/memory.md). ``benchmarks/summarize.py`` turns a run's
+JSON into the committed summary.
 
 Short mode (CPU, or ``MAKE_INPLACE_BENCH_SHORT=1``) runs small shapes and skips
 torch.compile rows, so CI keeps the suite from rotting in a few seconds.
@@ -21,13 +22,13 @@ from typing import Callable
 
 import torch
 
-from make_inplace.report.measure import MiB, cuda_peak_extra, fresh_cuda_memory, time_ms
+from make_inplace._measure import MiB, cuda_peak_extra, fresh_cuda_memory, time_ms
 
 DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 SHORT = DEVICE.type == "cpu" or os.environ.get("MAKE_INPLACE_BENCH_SHORT") == "1"
 ROUNDS = 5 if SHORT else 30
 
-# Ceilings measured on the GPUs (DESIGN.md; re-measured per run in the report).
+# Device copy (read + write) bandwidth measured on each GPU (docs/results.md).
 COPY_BYTES_PER_S = {"H200": 4224e9, "H100": 3000e9}
 
 

@@ -1,8 +1,8 @@
 """Memory-budget benchmark CLI: peak extra memory of an encoder layer vs sequence length.
 
 A thin command line over ``make_inplace.budget.run_memory_budget`` (read its
-docstring for the rows and how memory is measured). Defaults: on CUDA the
-issue's workload (d_model 1024, 16 heads, ff 4096, batch 8, fp16 and bf16,
+docstring for the rows and how memory is measured). Defaults: on CUDA an
+encoder layer of BERT-large's width (d_model 1024, 16 heads, ff 4096, batch 8, fp16 and bf16,
 L = 1024 .. 131072, budgets 4 and 16 GiB); on CPU a small one that runs in
 seconds (times only).
 
@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from make_inplace._measure import best_device  # noqa: E402
 from make_inplace.budget import ROWS, default_config, format_summary, run_memory_budget, write_outputs  # noqa: E402
 
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             write_outputs(result, args.out, plot=not args.no_plot)
         return 0
 
-    device = torch.device(args.device) if args.device else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    device = torch.device(args.device) if args.device else best_device()
     cfg = default_config(device)
     for name in ("seq_lens", "dtypes", "batch", "d_model", "nhead", "dim_feedforward", "refine_steps", "rows"):
         value = getattr(args, name)

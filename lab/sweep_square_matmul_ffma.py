@@ -20,7 +20,7 @@ import os
 import torch
 
 import make_inplace
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
 
 NEVER = str(1 << 62)
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),

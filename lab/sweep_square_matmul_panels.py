@@ -27,7 +27,7 @@ import sys
 import torch
 
 import make_inplace
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 from sweep_square_matmul_fused import time_ms, write_results  # time_ms: median of `reps` event-timed calls fn(i)
 
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),

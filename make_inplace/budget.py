@@ -15,8 +15,8 @@ inference forward and its time, for five rows:
   with ``self_attn.core = "materialized"`` (probabilities materialized, in place);
 * ``inplace``: the same layer with its default core (SDPA, nothing of size L x S).
 
-Memory follows DESIGN.md: the allocator is emptied before each point's input
-is made, peaks are taken above the level with weights and input allocated. A
+Memory: the allocator is emptied before each point's input is made, and
+peaks are taken above the level with weights and input allocated. A
 point that raises ``torch.cuda.OutOfMemoryError`` counts as not fitting; once a
 row exceeds the largest budget, longer sequences are not run for it. The
 longest sequence fitting each budget is the longest measured one, refined by
@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from .nn.encoder import InplaceTransformerEncoderLayer
-from .report.measure import MiB, cuda_peak_extra, fresh_cuda_memory, time_ms
+from ._measure import MiB, best_device, cuda_peak_extra, fresh_cuda_memory, time_ms
 
 GiB = 1 << 30
 
@@ -74,7 +74,7 @@ class BudgetConfig:
 
 
 def default_config(device: torch.device) -> BudgetConfig:
-    """CUDA: the issue's workload; CPU: a small one that runs in seconds."""
+    """CUDA: an encoder layer of BERT-large's width at batch 8; CPU: a small one that runs in seconds."""
     if device.type == "cuda":
         return BudgetConfig(
             device=str(device),
@@ -264,7 +264,7 @@ def run_memory_budget(
         ``{"config", "device_name", "torch", "rows", "points", "fits", "fast_path_taken", "summary"}``;
         ``points[dtype][row]`` lists one dict per sequence length.
     """
-    device = torch.device(device) if device is not None else (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    device = torch.device(device) if device is not None else best_device()
     cfg = config or default_config(device)
     cfg.device = str(device)
     max_budget = max(cfg.budgets_gib) * GiB
@@ -322,7 +322,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def _summary(result: dict) -> list[dict]:
-    """Per dtype and length: the ratios the issue's targets are stated in."""
+    """Per dtype and length: make_inplace's memory and time as ratios to torch's rows."""
     out = []
     for dtype_name, rows in result["points"].items():
         lengths = sorted({p["seq_len"] for pts in rows.values() for p in pts})
@@ -383,7 +383,7 @@ def format_summary(result: dict) -> str:
     if result.get("summary"):
         lines.append(
             "ratios make_inplace / torch (memory: peak extra reserved; time: ms). weights: vs torch eager "
-            "need_weights=True (target mem <= 0.55); no weights: mem vs torch's lowest-memory row, time vs its fastest"
+            "need_weights=True; no weights: mem vs torch's lowest-memory row, time vs its fastest"
         )
         for e in result["summary"]:
             lines.append(

@@ -10,7 +10,7 @@ import make_inplace
 import make_inplace.nn.attention as attention_module
 import make_inplace.nn.linear as linear_module
 from make_inplace.nn import InplaceMultiheadAttention
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -323,7 +323,7 @@ def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
     scores_bytes = n * h * length * length * 2
     peaks = {}
     fast_path = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)  # torch eager, as in the comparison
+    torch.backends.mha.set_fastpath_enabled(False)  # torch eager, the comparison the memory budget makes
     try:
         for name in ("torch", "ours"):
             ref, ours = _pair(e, h, dtype=dtype, device="cuda")

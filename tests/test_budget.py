@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from make_inplace.budget import ROWS, BudgetConfig, _longest_fitting, run_memory_budget
-from make_inplace.report.measure import MiB
+from make_inplace._measure import MiB
 
 
 def _cfg(refine_steps: int = 0) -> BudgetConfig:

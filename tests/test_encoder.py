@@ -11,7 +11,7 @@ from torch import nn
 
 import make_inplace
 from make_inplace.nn import InplaceTransformerEncoderLayer
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}

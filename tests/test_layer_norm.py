@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import make_inplace
 from make_inplace.nn import InplaceLayerNorm
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 from conftest import launch_orders
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -332,7 +332,7 @@ def test_module_matches_torch_and_loads_state(device):
 
 @CUDA
 # Every x is >= 10 MiB: a smaller one sits in a 20 MiB allocator segment whose
-# free rest would hold torch's output, hiding its allocation (DESIGN.md).
+# free rest would hold torch's output, hiding its allocation (docs/memory.md).
 @pytest.mark.parametrize("shape,affine_params", [((4096, 4096), True), ((1 << 20, 32), False), ((32, 262144), True)])
 def test_cuda_forward_allocates_nothing(shape, affine_params):
     fresh_cuda_memory()

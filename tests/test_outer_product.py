@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import make_inplace
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]

@@ -7,7 +7,7 @@ import torch
 
 import make_inplace
 from make_inplace.nn import InplaceSoftmax
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 from conftest import launch_orders
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -377,7 +377,7 @@ def test_module(device):
 
 @CUDA
 # Every x is >= 10 MiB: a smaller one sits in a 20 MiB allocator segment whose
-# free rest would hold torch's output, hiding its allocation (DESIGN.md).
+# free rest would hold torch's output, hiding its allocation (docs/memory.md).
 @pytest.mark.parametrize("shape,kwargs", [((4096, 4096), {}), ((16, 1024, 1024), {"causal": True, "scale": 0.1}), ((64, 65536), {})])
 def test_cuda_forward_allocates_nothing(shape, kwargs):
     fresh_cuda_memory()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import make_inplace
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory, relative_error
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_error
 from conftest import CUDA, DEVICES, launch_orders, requires_cuda
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import make_inplace
-from make_inplace.report.measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -20,7 +20,7 @@ TOL = {
 
 
 def reference(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """The issue's formula in plain torch (differentiable; float64 when given float64)."""
+    """The trilinear formula in plain torch (differentiable; float64 when given float64)."""
     u, v, w = ((points + 1) / 2).unbind(-1)
     out = 0
     for k in range(8):

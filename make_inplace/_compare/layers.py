@@ -1,4 +1,4 @@
-"""Report rows for the in-place layers against their torch counterparts (inference)."""
+"""The main job's rows for the in-place layers against their torch counterparts (inference)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _fast_path(enabled: bool) -> bool:
@@ -29,7 +29,7 @@ def _compare(
     torch_fast_path: bool,
     notes: str,
 ) -> Row:
-    """One row: ours vs reference on fresh inputs; memory from a cold allocator (CUDA)."""
+    """One row: ours vs reference on fresh inputs; memory from a cold allocator."""
     saved = _fast_path(torch_fast_path)
     try:
         with torch.no_grad():
@@ -40,17 +40,15 @@ def _compare(
             expected = reference(x.clone())
             error = relative_error(ours(x.clone()), expected)
             del expected, x
-            ours_bytes = torch_bytes = None
-            if device.type == "cuda":
-                # Each measurement from an emptied cache, its input made after.
-                fresh_cuda_memory()
-                x = make_input()
-                ours_bytes = cuda_peak_extra(lambda: ours(x), device).reserved
-                del x
-                fresh_cuda_memory()
-                x = make_input()
-                torch_bytes = cuda_peak_extra(lambda: reference(x), device).reserved
-                del x
+            # Each measurement from an emptied cache, its input made after.
+            fresh_cuda_memory()
+            x = make_input()
+            ours_bytes = peak_extra(lambda: ours(x), device).reserved
+            del x
+            fresh_cuda_memory()
+            x = make_input()
+            torch_bytes = peak_extra(lambda: reference(x), device).reserved
+            del x
             x = make_input()
             ours_ms = time_ms(lambda: ours(x), device)
             torch_ms = time_ms(lambda: reference(x), device)

@@ -1,4 +1,4 @@
-"""Report rows: trilinear_interpolation forward and backward into caller buffers vs plain torch."""
+"""The main job's rows: trilinear_interpolation forward and backward into caller buffers vs plain torch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import make_inplace
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _weights(points: torch.Tensor) -> torch.Tensor:
@@ -37,8 +37,7 @@ def rows(device: torch.device) -> list[Row]:
         grad_out = torch.randn(n, f, dtype=dtype, device=device)
         return feats, points, grad_out
 
-    if cuda:
-        fresh_cuda_memory()
+    fresh_cuda_memory()
     feats, points, grad_out = inputs()
     out = torch.empty(n, f, dtype=dtype, device=device)
     grad_feats = torch.empty_like(feats)
@@ -52,15 +51,13 @@ def rows(device: torch.device) -> list[Row]:
             grad_out, points, feats, grad_feats=grad_feats, grad_points=grad_points
         )
 
-    mem = {}
-    if cuda:
-        ours_fwd()  # first call outside the measurement: library start-up, not the op
-        mem = {
-            "ours_fwd": cuda_peak_extra(ours_fwd).reserved,
-            "torch_fwd": cuda_peak_extra(lambda: _torch_forward(feats, points)).reserved,
-            "ours_bwd": cuda_peak_extra(ours_bwd).reserved,
-            "torch_bwd": cuda_peak_extra(lambda: _torch_backward(feats, points, grad_out)).reserved,
-        }
+    ours_fwd()  # first call outside the measurement: library start-up, not the op
+    mem = {
+        "ours_fwd": peak_extra(ours_fwd, device).reserved,
+        "torch_fwd": peak_extra(lambda: _torch_forward(feats, points), device).reserved,
+        "ours_bwd": peak_extra(ours_bwd, device).reserved,
+        "torch_bwd": peak_extra(lambda: _torch_backward(feats, points, grad_out), device).reserved,
+    }
 
     ours_fwd()
     ref_out = _torch_forward(feats.double(), points.double())
@@ -77,8 +74,8 @@ def rows(device: torch.device) -> list[Row]:
             ours_ms=time_ms(ours_fwd, device),
             torch_ms=time_ms(lambda: _torch_forward(feats, points), device),
             rel_error=relative_error(out, ref_out),
-            ours_bytes=mem.get("ours_fwd"),
-            torch_bytes=mem.get("torch_fwd"),
+            ours_bytes=mem["ours_fwd"],
+            torch_bytes=mem["torch_fwd"],
             notes="torch: the weight formula, eager",
         ),
         Row(
@@ -89,8 +86,8 @@ def rows(device: torch.device) -> list[Row]:
             ours_ms=time_ms(ours_bwd, device),
             torch_ms=time_ms(lambda: _torch_backward(feats, points, grad_out), device),
             rel_error=bwd_error,
-            ours_bytes=mem.get("ours_bwd"),
-            torch_bytes=mem.get("torch_bwd"),
+            ours_bytes=mem["ours_bwd"],
+            torch_bytes=mem["torch_bwd"],
             notes="grad_feats and grad_points into caller buffers; torch: autograd fwd+bwd",
         ),
     ]

@@ -1,8 +1,7 @@
-"""The main job's report: one row per op, ours against torch.
+"""The main job's comparison: one row per op and case, ours against torch.
 
-Each module in this package other than ``measure`` defines
-``rows(device: torch.device) -> list[Row]``; ``__main__`` discovers them, so
-adding an op's rows means adding one module here.
+Each module in this package defines ``rows(device: torch.device) -> list[Row]``;
+``collect_rows`` discovers them, so adding an op's rows means adding one module here.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ class Row:
     ours_ms: float
     torch_ms: float
     rel_error: float
-    # Peak extra max_memory_reserved in bytes (None where it is not measured: CPU).
+    # Peak extra bytes of one call (make_inplace._measure.peak_extra); None: not measured.
     ours_bytes: int | None = None
     torch_bytes: int | None = None
     notes: str = ""
@@ -37,7 +36,7 @@ class Row:
 
 
 def row_modules() -> list[str]:
-    names = [m.name for m in pkgutil.iter_modules(__path__) if m.name not in {"measure"} and not m.name.startswith("_")]
+    names = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
     # square_matmul first: it is the library's first op; the rest alphabetically.
     return sorted(names, key=lambda n: (n != "square_matmul", n))
 

@@ -1,11 +1,11 @@
-"""Report rows for square_matmul_ against torch.matmul."""
+"""The main job's rows for square_matmul_ against torch.matmul."""
 
 from __future__ import annotations
 
 import torch
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype, workspace_bytes, label: str) -> Row:
@@ -19,16 +19,11 @@ def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype, workspace_
     # cuBLAS handles and workspaces are created once per stream on first use:
     # warm them outside the measurement (the panel route calls mm).
     torch.matmul(x[:2], w)
-    ours_bytes = torch_bytes = None
-    if device.type == "cuda":
-        fresh_cuda_memory()
-        ours_bytes = cuda_peak_extra(lambda: square_matmul_(x, w, workspace_bytes=workspace_bytes), device).reserved
-        error = relative_error(x, expected)
-        fresh_cuda_memory()
-        torch_bytes = cuda_peak_extra(lambda: torch.matmul(x, w), device).reserved
-    else:
-        square_matmul_(x, w, workspace_bytes=workspace_bytes)
-        error = relative_error(x, expected)
+    fresh_cuda_memory()
+    ours_bytes = peak_extra(lambda: square_matmul_(x, w, workspace_bytes=workspace_bytes), device).reserved
+    error = relative_error(x, expected)
+    fresh_cuda_memory()
+    torch_bytes = peak_extra(lambda: torch.matmul(x, w), device).reserved
     ours_ms = time_ms(lambda: square_matmul_(x, w, workspace_bytes=workspace_bytes), device)
     torch_ms = time_ms(lambda: torch.matmul(x, w), device)
     tflops = 2 * rows * n * n / (ours_ms * 1e-3) / 1e12

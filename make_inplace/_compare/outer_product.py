@@ -1,4 +1,4 @@
-"""Report rows: outer_product forward and backward into caller buffers vs plain torch."""
+"""The main job's rows: outer_product forward and backward into caller buffers vs plain torch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import make_inplace
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _torch_forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -24,8 +24,7 @@ def rows(device: torch.device) -> list[Row]:
     dtype = torch.bfloat16 if cuda else torch.float32
     shape = f"B={batch} n={n} m={m}"
 
-    if cuda:
-        fresh_cuda_memory()
+    fresh_cuda_memory()
     a = torch.randn(batch, n, dtype=dtype, device=device)
     b = torch.randn(batch, m, dtype=dtype, device=device)
     grad_out = torch.randn(batch, n, m, dtype=dtype, device=device)
@@ -38,15 +37,13 @@ def rows(device: torch.device) -> list[Row]:
     def ours_bwd():
         return make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b)
 
-    mem = {}
-    if cuda:
-        ours_fwd()  # first call outside the measurement: library start-up, not the op
-        mem = {
-            "ours_fwd": cuda_peak_extra(ours_fwd).reserved,
-            "torch_fwd": cuda_peak_extra(lambda: _torch_forward(a, b)).reserved,
-            "ours_bwd": cuda_peak_extra(ours_bwd).reserved,
-            "torch_bwd": cuda_peak_extra(lambda: _torch_backward(grad_out, a, b)).reserved,
-        }
+    ours_fwd()  # first call outside the measurement: library start-up, not the op
+    mem = {
+        "ours_fwd": peak_extra(ours_fwd, device).reserved,
+        "torch_fwd": peak_extra(lambda: _torch_forward(a, b), device).reserved,
+        "ours_bwd": peak_extra(ours_bwd, device).reserved,
+        "torch_bwd": peak_extra(lambda: _torch_backward(grad_out, a, b), device).reserved,
+    }
 
     ours_fwd()
     fwd_error = relative_error(out, _torch_forward(a.double(), b.double()))
@@ -63,8 +60,8 @@ def rows(device: torch.device) -> list[Row]:
             ours_ms=time_ms(ours_fwd, device),
             torch_ms=time_ms(lambda: _torch_forward(a, b), device),
             rel_error=fwd_error,
-            ours_bytes=mem.get("ours_fwd"),
-            torch_bytes=mem.get("torch_fwd"),
+            ours_bytes=mem["ours_fwd"],
+            torch_bytes=mem["torch_fwd"],
             notes="torch: a[..., :, None] * b[..., None, :]",
         ),
         Row(
@@ -75,8 +72,8 @@ def rows(device: torch.device) -> list[Row]:
             ours_ms=time_ms(ours_bwd, device),
             torch_ms=time_ms(lambda: _torch_backward(grad_out, a, b), device),
             rel_error=bwd_error,
-            ours_bytes=mem.get("ours_bwd"),
-            torch_bytes=mem.get("torch_bwd"),
+            ours_bytes=mem["ours_bwd"],
+            torch_bytes=mem["torch_bwd"],
             notes="grad_a and grad_b into caller buffers; torch: two bmm",
         ),
     ]

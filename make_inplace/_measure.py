@@ -1,12 +1,12 @@
-"""Measuring memory and time the way DESIGN.md describes.
+"""How the library measures memory and time, shared by the main job
+(``python -m make_inplace``), the benchmarks and the tests.
 
-Shared by the main job (``python -m make_inplace``) and the benchmark harness
-(``benchmarks/harness.py``), so both report the same quantities.
-
-Memory: ``max_memory_reserved`` (what the card loses to the process) and
-``max_memory_allocated``, as peaks above the level before the call, with the
-caching allocator emptied before inputs are made (``fresh_cuda_memory``), so
-the figure does not depend on what earlier code left cached.
+Memory is the peak a call adds above the level before it. On CUDA:
+``max_memory_reserved`` (what the card loses to the process) and
+``max_memory_allocated``, with the caching allocator emptied before the inputs
+are made (``fresh_cuda_memory``) so the figure does not depend on what earlier
+code left cached. On CPU: the running sum of the profiler's allocation and free
+events (``cpu_peak_extra``). docs/memory.md says why each is honest.
 """
 
 from __future__ import annotations
@@ -58,6 +58,34 @@ def cuda_peak_extra(fn: Callable[[], object], device: torch.device | None = None
     )
     del result
     return peak
+
+
+def cpu_peak_extra(fn: Callable[[], object]) -> int:
+    """Runs ``fn`` once; returns the peak bytes its CPU allocations added.
+
+    torch.profiler (``profile_memory=True``) records every allocation and free
+    of torch's CPU allocator, which keeps no cache: the highest running sum of
+    those events, in time order, is the most the call held at once.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    del result
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    held = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak
+
+
+def peak_extra(fn: Callable[[], object], device: torch.device) -> PeakExtra:
+    """``cuda_peak_extra`` on CUDA; on CPU reserved and allocated are the same figure."""
+    if device.type == "cuda":
+        return cuda_peak_extra(fn, device)
+    peak = cpu_peak_extra(fn)
+    return PeakExtra(reserved=peak, allocated=peak)
 
 
 # Cycles of the spin kernel queued ahead of each timed CUDA call: about

@@ -1,11 +1,11 @@
-"""Report rows for softmax_ against torch.softmax."""
+"""The main job's rows for softmax_ against torch.softmax."""
 
 from __future__ import annotations
 
 import torch
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _row(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype, scale: float | None, causal: bool) -> Row:
@@ -21,15 +21,10 @@ def _row(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype, scale
     fresh_cuda_memory()
     x = torch.randn(shape, device=device, dtype=dtype)
     expected = reference(x.double())
-    ours_bytes = torch_bytes = None
-    if device.type == "cuda":
-        ours_bytes = cuda_peak_extra(lambda: softmax_(x, -1, scale=scale, causal=causal), device).reserved
-        error = relative_error(x, expected)
-        fresh_cuda_memory()
-        torch_bytes = cuda_peak_extra(lambda: reference(x), device).reserved
-    else:
-        softmax_(x, -1, scale=scale, causal=causal)
-        error = relative_error(x, expected)
+    ours_bytes = peak_extra(lambda: softmax_(x, -1, scale=scale, causal=causal), device).reserved
+    error = relative_error(x, expected)
+    fresh_cuda_memory()
+    torch_bytes = peak_extra(lambda: reference(x), device).reserved
     # Repeated application keeps x a finite probability vector: safe to time in place.
     ours_ms = time_ms(lambda: softmax_(x, -1, scale=scale, causal=causal), device)
     torch_ms = time_ms(lambda: reference(x), device)

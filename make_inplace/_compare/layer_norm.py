@@ -1,4 +1,4 @@
-"""Report rows for layer_norm_ against torch.nn.functional.layer_norm."""
+"""The main job's rows for layer_norm_ against torch.nn.functional.layer_norm."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from . import Row
-from .measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
 def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype) -> Row:
@@ -17,15 +17,10 @@ def _row(device: torch.device, rows: int, n: int, dtype: torch.dtype) -> Row:
     w = torch.randn(n, device=device, dtype=dtype)
     b = torch.randn(n, device=device, dtype=dtype)
     expected = F.layer_norm(x.double(), (n,), w.double(), b.double())
-    ours_bytes = torch_bytes = None
-    if device.type == "cuda":
-        ours_bytes = cuda_peak_extra(lambda: layer_norm_(x, n, w, b), device).reserved
-        error = relative_error(x, expected)
-        fresh_cuda_memory()
-        torch_bytes = cuda_peak_extra(lambda: F.layer_norm(x, (n,), w, b), device).reserved
-    else:
-        layer_norm_(x, n, w, b)
-        error = relative_error(x, expected)
+    ours_bytes = peak_extra(lambda: layer_norm_(x, n, w, b), device).reserved
+    error = relative_error(x, expected)
+    fresh_cuda_memory()
+    torch_bytes = peak_extra(lambda: F.layer_norm(x, (n,), w, b), device).reserved
     # Repeated application keeps x finite (normalized, then the same affine map).
     ours_ms = time_ms(lambda: layer_norm_(x, n, w, b), device)
     torch_ms = time_ms(lambda: F.layer_norm(x, (n,), w, b), device)
