@@ -20,7 +20,7 @@ void layer_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
   if (x.numel() == 0) return;
   check_launch(kernels::layer_norm_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), data_or_null(weight), data_or_null(bias),
-      p.rows, p.n, eps, nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream())), "layer_norm_");
+      p.rows, p.n, eps, nullptr, nullptr, at::cuda::getCurrentCUDAStream().stream()), "layer_norm_");
 }
 
 std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cuda(
@@ -36,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cuda(
   check_launch(kernels::layer_norm_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), data_or_null(weight), data_or_null(bias),
       p.rows, p.n, eps, mean.data_ptr(), rstd.data_ptr(),
-      at::cuda::getCurrentCUDAStream().stream())), "layer_norm_stats_");
+      at::cuda::getCurrentCUDAStream().stream()), "layer_norm_stats_");
   return {mean, rstd};
 }
 
@@ -67,7 +67,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cuda(
       data_or_null(bias), rstd.const_data_ptr(), p.rows, p.n, data_or_null(g.grad_input),
       data_or_null(g.grad_weight), data_or_null(g.grad_bias),
       workspace.defined() ? workspace.data_ptr() : nullptr,
-      at::cuda::getCurrentCUDAStream().stream())), "layer_norm_backward");
+      at::cuda::getCurrentCUDAStream().stream()), "layer_norm_backward");
   return {g.grad_input, g.grad_weight, g.grad_bias};
 }
 

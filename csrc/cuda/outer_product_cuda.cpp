@@ -21,7 +21,7 @@ void outer_product_forward_cuda(const at::Tensor& a, const at::Tensor& b,
   check_launch(kernels::outer_product_forward_cuda(
       scalar_kind(a.scalar_type()), outer_input(a, {s.batch, s.n}, a2),
       outer_input(b, {s.batch, s.m}, b2), out.data_ptr(), s.batch, s.n, s.m,
-      at::cuda::getCurrentCUDAStream().stream())), "outer_product");
+      at::cuda::getCurrentCUDAStream().stream()), "outer_product");
 }
 
 void outer_product_backward_cuda(const at::Tensor& grad_out, const at::Tensor& a,
@@ -38,7 +38,7 @@ void outer_product_backward_cuda(const at::Tensor& grad_out, const at::Tensor& a
       scalar_kind(a.scalar_type()), outer_input(grad_out, {s.batch, s.n, s.m}, g2),
       outer_input(a, {s.batch, s.n}, a2), outer_input(b, {s.batch, s.m}, b2),
       want_a ? grad_a->data_ptr() : nullptr, want_b ? grad_b->data_ptr() : nullptr,
-      s.batch, s.n, s.m, accumulate, at::cuda::getCurrentCUDAStream().stream())), "outer_product_backward");
+      s.batch, s.n, s.m, accumulate, at::cuda::getCurrentCUDAStream().stream()), "outer_product_backward");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ void softmax_cuda(const at::Tensor& x, int64_t dim, std::optional<double> scale,
   if (x.numel() == 0) return;
   check_launch(kernels::softmax_forward_cuda(
       scalar_kind(x.scalar_type()), x.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      p.causal_rows, p.mask, at::cuda::getCurrentCUDAStream().stream())), "softmax_");
+      p.causal_rows, p.mask, at::cuda::getCurrentCUDAStream().stream()), "softmax_");
 }
 
 at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor& output,
@@ -30,7 +30,7 @@ at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor
   check_launch(kernels::softmax_backward_cuda(
       scalar_kind(output.scalar_type()), grad_output.const_data_ptr(),
       output.const_data_ptr(), grad_input.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      at::cuda::getCurrentCUDAStream().stream())), "softmax_backward");
+      at::cuda::getCurrentCUDAStream().stream()), "softmax_backward");
   return grad_input;
 }
 
@@ -43,7 +43,7 @@ void softmax_backward_inplace_cuda(const at::Tensor& grad, const at::Tensor& out
   check_launch(kernels::softmax_backward_cuda(
       scalar_kind(output.scalar_type()), grad.const_data_ptr(), output.const_data_ptr(),
       grad.data_ptr(), p.outer, p.n, p.inner, p.scale,
-      at::cuda::getCurrentCUDAStream().stream())), "softmax_backward_");
+      at::cuda::getCurrentCUDAStream().stream()), "softmax_backward_");
 }
 
 }  // namespace

@@ -249,7 +249,7 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
     x_run_count = std::min(x_run_capacity, total - first_sub_panel);
     check_launch(kernels::write_panel_pointers(dst, fixed, fixed_count,
                                                  x_bytes + first_sub_panel * sub_panel_bytes,
-                                                 sub_panel_bytes, x_run_count, main.stream())), "square_matmul_");
+                                                 sub_panel_bytes, x_run_count, main.stream()), "square_matmul_");
   };
   if (batched) {
     const int64_t tail_offset = (sub_panel_bytes + 15) / 16 * 16;
@@ -295,7 +295,7 @@ void panel_square_matmul(const at::Tensor& x, const SquareWeight& w,
     check_launch(kernels::copy_panel_blocks(
         kind, static_cast<char*>(x.data_ptr()) + start * row_bytes, blocks_of_panel, used,
         plan.rows_per_block, count, n, has_bias ? bias->const_data_ptr() : nullptr,
-        main.stream())), "square_matmul_");
+        main.stream()), "square_matmul_");
   }
 }
 
@@ -328,7 +328,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
     }
     check_launch(kernels::square_matmul_wgmma(
         kind, x.data_ptr(), w.matrix.const_data_ptr(), has_bias ? bias->const_data_ptr() : nullptr, rows, n,
-        w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr)), "square_matmul_");
+        w.transpose, stream, counters.defined() ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr), "square_matmul_");
     return;
   }
 
@@ -360,7 +360,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
       if (counted) counters = at::empty({counter_bytes}, x.options().dtype(at::kByte));
       check_launch(kernels::square_matmul_ffma(
           x.data_ptr<float>(), w.matrix.const_data_ptr<float>(), static_cast<const float*>(bias_ptr), rows, n,
-          w.transpose, counted ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr, stream)), "square_matmul_");
+          w.transpose, counted ? static_cast<uint32_t*>(counters.data_ptr()) : nullptr, stream), "square_matmul_");
       return;
     }
   }
@@ -378,7 +378,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   check_launch(kernels::square_matmul_fused(
       kind, x.data_ptr(), w.matrix.const_data_ptr(),
       has_bias ? bias->const_data_ptr() : nullptr, rows, n, w.transpose,
-      at::globalContext().allowTF32CuBLAS(), stream)), "square_matmul_");
+      at::globalContext().allowTF32CuBLAS(), stream), "square_matmul_");
 }
 
 }  // namespace

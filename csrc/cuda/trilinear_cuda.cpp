@@ -20,7 +20,7 @@ void trilinear_forward_cuda(const at::Tensor& feats, const at::Tensor& points,
   check_launch(kernels::trilinear_forward_cuda(
       scalar_kind(feats.scalar_type()), trilinear_input(feats),
       trilinear_input(points), out.data_ptr(), feats.size(0), feats.size(2),
-      at::cuda::getCurrentCUDAStream().stream())), "trilinear_interpolation");
+      at::cuda::getCurrentCUDAStream().stream()), "trilinear_interpolation");
 }
 
 void trilinear_backward_cuda(const at::Tensor& grad_out, const at::Tensor& points,
@@ -36,7 +36,7 @@ void trilinear_backward_cuda(const at::Tensor& grad_out, const at::Tensor& point
       with_points ? trilinear_input(*feats) : kernels::TrilinearInput{},
       grad_feats.data_ptr(), with_points ? grad_points->data_ptr() : nullptr,
       grad_out.size(0), grad_out.size(1), accumulate,
-      at::cuda::getCurrentCUDAStream().stream())), "trilinear_interpolation_backward");
+      at::cuda::getCurrentCUDAStream().stream()), "trilinear_interpolation_backward");
 }
 
 }  // namespace
