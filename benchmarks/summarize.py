@@ -2,6 +2,7 @@
 
     pytest benchmarks --benchmark-only --benchmark-json=bench.json      # on the GPU
     python benchmarks/summarize.py bench.json@abc1234 --out benchmarks/results/h100
+    python benchmarks/summarize.py benchmarks/results/h100/summary.csv --readme
 
 Each input is PATH or PATH@COMMIT (the commit the library was built from:
 pytest-benchmark's own commit_info is wrong on a machine that gets the tree
@@ -98,9 +99,14 @@ def summarize(items: list[dict], commit: str) -> list[dict]:
 def load(inputs: list[str]) -> tuple[list[dict], list[dict]]:
     """(rows, sources) from PATH[@COMMIT] arguments; later groups replace earlier ones."""
     groups: dict[str, tuple[list[dict], str]] = {}
+    rows: list[dict] = []
     sources = []
     for arg in inputs:
         path, _, commit = arg.partition("@")
+        if path.endswith(".csv"):  # an earlier summary: its rows as they are
+            with open(path, newline="") as f:
+                rows += csv.DictReader(f)
+            continue
         with open(path) as f:
             data = json.load(f)
         extra = data["benchmarks"][0]["extra_info"]
@@ -110,7 +116,7 @@ def load(inputs: list[str]) -> tuple[list[dict], list[dict]]:
         for b in data["benchmarks"]:
             fresh.setdefault(b["group"], []).append(b)
         groups.update({g: (items, commit or "unknown") for g, items in fresh.items()})
-    rows = [row for items, commit in groups.values() for row in summarize(items, commit)]
+    rows += [row for items, commit in groups.values() for row in summarize(items, commit)]
     order = list(OPS.values())
     rows.sort(key=lambda r: next((i for i, name in enumerate(order) if r["op"].split(" ")[0] == name), len(order)))
     return rows, sources
@@ -178,7 +184,7 @@ def write(rows: list[dict], sources: list[dict], out: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("inputs", nargs="+", help="pytest-benchmark JSON files, each PATH or PATH@COMMIT")
+    parser.add_argument("inputs", nargs="+", help="pytest-benchmark JSON files, each PATH or PATH@COMMIT, or a summary.csv")
     parser.add_argument("--out", help="directory for summary.csv and summary.md")
     parser.add_argument("--readme", action="store_true", help="print the README's table instead")
     args = parser.parse_args(argv)
