@@ -1,0 +1,45 @@
+"""Weights in ``nn.Linear`` layout (out, in) or transformers' ``Conv1D`` layout (in, out)."""
+
+from __future__ import annotations
+
+import torch
+
+LAYOUTS = ("linear", "conv1d")
+
+
+def check_layout(fn: str, layout: object) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"{fn}: weight_layout must be 'linear' (out, in) or 'conv1d' (in, out), got {layout!r}")
+
+
+def shape(layout: str, in_features: int, out_features: int) -> tuple[int, int]:
+    """The weight's shape for a map from in_features to out_features."""
+    return (out_features, in_features) if layout == "linear" else (in_features, out_features)
+
+
+def out_features(weight: torch.Tensor, layout: str) -> int:
+    return weight.shape[0] if layout == "linear" else weight.shape[1]
+
+
+def in_features(weight: torch.Tensor, layout: str) -> int:
+    return weight.shape[1] if layout == "linear" else weight.shape[0]
+
+
+def _rhs(weight: torch.Tensor, layout: str) -> torch.Tensor:
+    # A transposed view, never a copy: cuBLAS reads either orientation.
+    return weight.t() if layout == "linear" else weight
+
+
+def project(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, layout: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """rows @ W^T (+ bias), into ``out`` when given (rows: 2-D)."""
+    rhs = _rhs(weight, layout)
+    if out is None:
+        return torch.mm(rows, rhs) if bias is None else torch.addmm(bias, rows, rhs)
+    if bias is None:
+        return torch.mm(rows, rhs, out=out)
+    return torch.addmm(bias, rows, rhs, out=out)
+
+
+def accumulate_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
+    """target += rows @ W^T in one GEMM with beta = 1 (C = D = target; A, B must not alias it)."""
+    return target.addmm_(rows, _rhs(weight, layout))

@@ -1,0 +1,80 @@
+"""Norm: which normalization a residual block applies (layer norm or RMS norm) and its parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .checks import check_operand
+
+KINDS = ("layer", "rms")
+
+
+@dataclass(frozen=True)
+class Norm:
+    """A normalization over the last dimension: ``kind`` ``"layer"`` or ``"rms"``.
+
+    ``weight``/``bias`` are optional (bias only for layer norm). ``eps``: layer
+    norm defaults to 1e-5; RMS norm, as ``F.rms_norm``, to
+    ``torch.finfo(x.dtype).eps``.
+
+    Example::
+
+        >>> norm = make_inplace.blocks.Norm.rms(torch.ones(8), eps=1e-6)
+        >>> norm(torch.randn(3, 8)).shape
+        torch.Size([3, 8])
+    """
+
+    kind: str
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    eps: float | None = None
+
+    @classmethod
+    def layer(cls, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5) -> "Norm":
+        return cls("layer", weight, bias, eps)
+
+    @classmethod
+    def rms(cls, weight: torch.Tensor | None = None, eps: float | None = None) -> "Norm":
+        return cls("rms", weight, None, eps)
+
+    def check(self, fn: str, name: str, x: torch.Tensor) -> None:
+        """Kind, eps, and parameters of shape (d,) matching x's dtype and device."""
+        if not isinstance(self, Norm):
+            raise TypeError(f"{fn}: {name} must be a make_inplace.blocks.Norm or None, got {type(self).__name__}")
+        if self.kind not in KINDS:
+            raise ValueError(f"{fn}: {name}.kind must be 'layer' or 'rms', got {self.kind!r}")
+        if self.kind == "rms" and self.bias is not None:
+            raise ValueError(f"{fn}: {name} is an RMS norm, which has no bias")
+        if self.eps is not None and not (isinstance(self.eps, (int, float)) and self.eps >= 0):
+            raise ValueError(f"{fn}: {name}.eps must be a non-negative number or None, got {self.eps!r}")
+        d = x.shape[-1]
+        check_operand(fn, f"{name}.weight", self.weight, x, (d,), optional=True)
+        check_operand(fn, f"{name}.bias", self.bias, x, (d,), optional=True)
+
+    def _eps(self, dtype: torch.dtype) -> float:
+        if self.eps is not None:
+            return float(self.eps)
+        return 1e-5 if self.kind == "layer" else torch.finfo(dtype).eps
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        """The normalized rows as a new tensor."""
+        d = rows.shape[-1]
+        if self.kind == "layer":
+            return F.layer_norm(rows, (d,), self.weight, self.bias, self._eps(rows.dtype))
+        return F.rms_norm(rows, (d,), self.weight, self._eps(rows.dtype))
+
+    def apply_(self, rows: torch.Tensor, panel_rows: int = 8192) -> torch.Tensor:
+        """Normalizes contiguous 2-D ``rows`` in place (layer norm: no copy of them)."""
+        from ..ops.layer_norm import layer_norm_
+
+        d = rows.shape[-1]
+        if self.kind == "layer":
+            return layer_norm_(rows, d, self.weight, self.bias, self._eps(rows.dtype))
+        # RMS norm: a panel at a time through a bounded temporary.
+        for r0 in range(0, rows.shape[0], panel_rows):
+            part = rows[r0 : r0 + panel_rows]
+            part.copy_(self(part))
+        return rows

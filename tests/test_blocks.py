@@ -1,0 +1,430 @@
+"""residual_mlp_ / residual_attention_: the in-place residual blocks against float64 references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from make_inplace.blocks import Norm, residual_attention_, residual_mlp_
+from make_inplace.blocks.panels import AttentionPlan, attention_plan, balanced_rows, mlp_panel_rows
+
+from conftest import DEVICES
+
+# Compared with a float64 reference; the in-place path rounds in the input dtype.
+TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2)}
+
+
+def _close(got: torch.Tensor, expected64: torch.Tensor, dtype: torch.dtype) -> None:
+    rtol, atol = TOL[dtype]
+    scale = expected64.abs().max().item()
+    torch.testing.assert_close(got.double(), expected64, rtol=rtol, atol=atol * max(1.0, scale))
+
+
+# -- references, written out in float64 -------------------------------------------------------
+
+
+def _act64(t, name):
+    if name == "gelu":
+        return 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+    if name == "gelu_tanh":
+        return 0.5 * t * (1 + torch.tanh(math.sqrt(2 / math.pi) * (t + 0.044715 * t**3)))
+    if name == "relu":
+        return t.clamp_min(0)
+    return t * torch.sigmoid(t)
+
+
+def _norm64(t, norm: Norm | None):
+    if norm is None:
+        return t
+    eps = norm.eps if norm.eps is not None else torch.finfo(norm.weight.dtype if norm.weight is not None else torch.float32).eps
+    if norm.kind == "layer":
+        out = (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, unbiased=False, keepdim=True) + eps)
+    else:
+        out = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + eps)
+    if norm.weight is not None:
+        out = out * norm.weight.double()
+    if norm.bias is not None:
+        out = out + norm.bias.double()
+    return out
+
+
+def _lin64(t, w, b, layout):
+    w = w.double()
+    out = t @ (w.T if layout == "linear" else w)
+    return out + b.double() if b is not None else out
+
+
+def _mlp64(x, w1, w2, b1, b2, act, wg, bg, norm, post_norm, layout):
+    x = x.double()
+    h = _norm64(x, norm)
+    t = _act64(_lin64(h, wg if wg is not None else w1, bg if wg is not None else b1, layout), act)
+    if wg is not None:
+        t = t * _lin64(h, w1, b1, layout)
+    return _norm64(x + _lin64(t, w2, b2, layout), post_norm)
+
+
+def _rope64(t, cos, sin):  # t (B, S, H, hd); cos/sin (1|B, S, hd)
+    cos, sin = cos.double().unsqueeze(2), sin.double().unsqueeze(2)
+    half = t.shape[-1] // 2
+    return t * cos + torch.cat((-t[..., half:], t[..., :half]), -1) * sin
+
+
+def _attention64(x, ws, bs, heads, kv_heads, norm, post_norm, causal, mask, rotary, scale, layout, past=None):
+    """Materialized scores in float64. past: (k, v) of earlier tokens, (B, Hkv, P, hd), already rotated."""
+    x = x.double()
+    B, S, d = x.shape
+    h = _norm64(x, norm)
+    q = _lin64(h, ws[0], bs[0], layout).view(B, S, heads, -1)
+    hd = q.shape[-1]
+    k = _lin64(h, ws[1], bs[1], layout).view(B, S, kv_heads, hd)
+    v = _lin64(h, ws[2], bs[2], layout).view(B, S, kv_heads, hd)
+    if rotary is not None:
+        q, k = _rope64(q, *rotary), _rope64(k, *rotary)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if past is not None:
+        k, v = torch.cat((past[0].double(), k), 2), torch.cat((past[1].double(), v), 2)
+    rep = heads // kv_heads
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else hd**-0.5)
+    L = k.shape[2]
+    if causal:
+        allowed = torch.arange(L)[None, :] <= (torch.arange(S)[:, None] + L - S)
+        scores = scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.double()
+    o = torch.softmax(scores, -1) @ v
+    y = x + _lin64(o.transpose(1, 2).reshape(B, S, -1), ws[3], bs[3], layout)
+    return _norm64(y, post_norm)
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+
+def _w(shape, dtype, device, gen, scale=1.0):
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale / math.sqrt(shape[-1])).to(device, dtype)
+
+
+def _norm(kind, d, dtype, device, gen, bias=True):
+    if kind is None:
+        return None
+    w = (1 + 0.1 * torch.randn(d, generator=gen, dtype=torch.float64)).to(device, dtype)
+    if kind == "rms":
+        return Norm.rms(w, eps=1e-6)
+    b = (0.1 * torch.randn(d, generator=gen, dtype=torch.float64)).to(device, dtype) if bias else None
+    return Norm.layer(w, b, eps=1e-5)
+
+
+def _mlp_case(shape, inner, dtype, device, *, gated, bias, layout, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).to(device, dtype)
+    lw = (lambda i, o: (o, i)) if layout == "linear" else (lambda i, o: (i, o))
+    w1 = _w(lw(d, inner), dtype, device, gen)
+    w2 = _w(lw(inner, d), dtype, device, gen)
+    b1 = _w((inner,), dtype, device, gen) if bias else None
+    b2 = _w((d,), dtype, device, gen) if bias else None
+    wg = _w(lw(d, inner), dtype, device, gen) if gated else None
+    bg = _w((inner,), dtype, device, gen) if gated and bias else None
+    return x, w1, w2, b1, b2, wg, bg
+
+
+# -- residual_mlp_ ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu", "silu"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_mlp_activations_and_gating(device, dtype, activation, gated):
+    x, w1, w2, b1, b2, wg, bg = _mlp_case((3, 7, 16), 40, dtype, device, gated=gated, bias=True, layout="linear")
+    gen = torch.Generator().manual_seed(1)
+    norm = _norm("layer", 16, dtype, device, gen)
+    expected = _mlp64(x, w1, w2, b1, b2, activation, wg, bg, norm, None, "linear")
+    with torch.no_grad():
+        y = residual_mlp_(x, w1, w2, b1, b2, activation=activation, gate_weight=wg, gate_bias=bg, norm=norm)
+    assert y is x
+    _close(x, expected, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["linear", "conv1d"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("norms", [(None, None), ("layer", None), ("rms", None), (None, "layer"), ("layer", "rms")])
+def test_mlp_layouts_biases_norms(device, layout, bias, norms):
+    dtype = torch.float64
+    x, w1, w2, b1, b2, wg, bg = _mlp_case((2, 9, 24), 56, dtype, device, gated=False, bias=bias, layout=layout, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    norm, post_norm = (_norm(k, 24, dtype, device, gen, bias=bias) for k in norms)
+    expected = _mlp64(x, w1, w2, b1, b2, "gelu", None, None, norm, post_norm, layout)
+    residual_mlp_(x, w1, w2, b1, b2, norm=norm, post_norm=post_norm, weight_layout=layout)
+    _close(x, expected, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows_per_panel", [1, 2, 5, 17, 1000])
+@pytest.mark.parametrize("shape", [(37, 16), (3, 13, 16), (2, 2, 3, 16)])
+def test_mlp_panel_sizes(device, rows_per_panel, shape):
+    """From one-row panels to one panel; row counts that leave a short last panel."""
+    dtype = torch.float32
+    x, w1, w2, b1, b2, wg, bg = _mlp_case(shape, 48, dtype, device, gated=True, bias=True, layout="linear", seed=5)
+    gen = torch.Generator().manual_seed(6)
+    norm = _norm("rms", 16, dtype, device, gen)
+    expected = _mlp64(x, w1, w2, b1, b2, "silu", wg, bg, norm, None, "linear")
+    row_bytes = 4 * (16 + 2 * 48)
+    residual_mlp_(x, w1, w2, b1, b2, activation="silu", gate_weight=wg, gate_bias=bg, norm=norm,
+                  workspace_bytes=rows_per_panel * row_bytes + row_bytes // 2)
+    _close(x, expected, dtype)
+
+
+def test_mlp_grad_mode_computes_out_of_place_with_exact_gradients():
+    dtype = torch.float64
+    x0, w1, w2, b1, b2, wg, bg = _mlp_case((2, 5, 16), 32, dtype, "cpu", gated=True, bias=True, layout="linear", seed=7)
+    gen = torch.Generator().manual_seed(8)
+    norm = _norm("layer", 16, dtype, "cpu", gen)
+    for t in (w1, b1, w2):
+        t.requires_grad_(True)
+    x = x0.clone().requires_grad_(True)
+    before = x.detach().clone()
+    y = residual_mlp_(x, w1, w2, b1, b2, activation="gelu", gate_weight=wg, gate_bias=bg, norm=norm)
+    assert y is not x and torch.equal(x.detach(), before)
+    _close(y, _mlp64(x0, w1.detach(), w2.detach(), b1.detach(), b2, "gelu", wg, bg, norm, None, "linear"), dtype)
+    y.square().sum().backward()
+    xr = x0.clone().requires_grad_(True)
+    w1r, b1r, w2r = (t.detach().clone().requires_grad_(True) for t in (w1, b1, w2))
+    _mlp64(xr, w1r, w2r, b1r, b2, "gelu", wg, bg, norm, None, "linear").square().sum().backward()
+    for got, want in ((x.grad, xr.grad), (w1.grad, w1r.grad), (b1.grad, b1r.grad), (w2.grad, w2r.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_mlp_bumps_the_version_counter():
+    x, w1, w2, *_ = _mlp_case((4, 8), 16, torch.float32, "cpu", gated=False, bias=False, layout="linear")
+    version = x._version
+    with torch.no_grad():
+        residual_mlp_(x, w1, w2)
+    assert x._version > version
+
+
+# -- residual_attention_ ------------------------------------------------------------------------
+
+
+class _ListCache:
+    """A KV cache that keeps what it was given and concatenates, as transformers' DynamicCache does."""
+
+    def __init__(self, past=None):
+        self.k, self.v = past if past is not None else (None, None)
+        self.calls = 0
+
+    def __call__(self, k, v):
+        self.calls += 1
+        self.k = k if self.k is None else torch.cat((self.k, k), 2)
+        self.v = v if self.v is None else torch.cat((self.v, v), 2)
+        return self.k, self.v
+
+
+def _attention_case(B, S, d, heads, kv_heads, dtype, device, *, bias, layout, rotary, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    hd = d // heads
+    x = torch.randn(B, S, d, generator=gen, dtype=torch.float64).to(device, dtype)
+    lw = (lambda i, o: (o, i)) if layout == "linear" else (lambda i, o: (i, o))
+    ws = [_w(lw(d, heads * hd), dtype, device, gen, 2.0), _w(lw(d, kv_heads * hd), dtype, device, gen, 2.0),
+          _w(lw(d, kv_heads * hd), dtype, device, gen), _w(lw(heads * hd, d), dtype, device, gen)]
+    outs = [heads * hd, kv_heads * hd, kv_heads * hd, d]
+    bs = [_w((n,), dtype, device, gen) if bias else None for n in outs]
+    rot = None
+    if rotary:
+        pos = torch.arange(S, dtype=torch.float64)[None, :, None] + 3
+        freq = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        ang = torch.cat((pos * freq, pos * freq), -1)
+        rot = (ang.cos().to(device, dtype), ang.sin().to(device, dtype))
+    return x, ws, bs, rot
+
+
+def _kwargs(ws, bs):
+    return dict(zip(("q_weight", "k_weight", "v_weight", "o_weight", "q_bias", "k_bias", "v_bias", "o_bias"), ws + bs))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)])
+@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_heads_rotary_causal(device, dtype, heads, kv_heads, rotary, causal):
+    x, ws, bs, rot = _attention_case(3, 11, 32, heads, kv_heads, dtype, device, bias=True, layout="linear", rotary=rotary)
+    gen = torch.Generator().manual_seed(2)
+    norm = _norm("rms", 32, dtype, device, gen)
+    expected = _attention64(x, ws, bs, heads, kv_heads, norm, None, causal, None, rot, None, "linear")
+    y = residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=causal, rotary=rot)
+    assert y is x
+    _close(x, expected, dtype)
+
+
+def _padding_mask(B, S, device, lengths):
+    keep = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]
+    return keep[:, None, None, :].expand(B, 1, S, S).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["linear", "conv1d"])
+@pytest.mark.parametrize("norms", [("layer", None), (None, "layer")])
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "per_query"])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2)])
+def test_attention_masks_norms_layouts(device, layout, norms, mask_kind, heads, kv_heads):
+    dtype = torch.float64
+    B, S, d = 3, 10, 32
+    x, ws, bs, _ = _attention_case(B, S, d, heads, kv_heads, dtype, device, bias=norms[1] is None, layout=layout, rotary=False, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    norm, post_norm = (_norm(k, d, dtype, device, gen) for k in norms)
+    keep = _padding_mask(B, S, device, [10, 6, 3])
+    if mask_kind == "bool":
+        mask = keep
+    elif mask_kind == "float":
+        mask = torch.zeros(B, 1, S, S, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+        mask = mask + 0.3 * torch.randn(B, 1, S, S, generator=gen, dtype=torch.float64).to(device)
+    else:  # one row per query, per head: a causal-with-padding pattern
+        causal = torch.ones(S, S, dtype=torch.bool, device=device).tril()
+        mask = (keep & causal).expand(B, heads, S, S).contiguous()
+    expected = _attention64(x, ws, bs, heads, kv_heads, norm, post_norm, False,
+                            mask if mask.dtype == torch.bool else mask, None, None, layout)
+    residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, post_norm=post_norm,
+                        attn_mask=mask, weight_layout=layout)
+    _close(x, expected, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows", [1, 3, 4, 7, 13, 40, None])
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_panel_sizes_and_groups(device, rows, mask):
+    """Query panels of 1 row to whole groups of sequences; awkward counts leave short panels."""
+    dtype, B, S, d, heads, kv_heads = torch.float64, 4, 13, 32, 4, 2
+    x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, device, bias=True, layout="linear", rotary=True, seed=6)
+    gen = torch.Generator().manual_seed(7)
+    norm = _norm("layer", d, dtype, device, gen)
+    m = _padding_mask(B, S, device, [13, 9, 1, 5]) & torch.ones(S, S, dtype=torch.bool, device=device).tril() if mask else None
+    expected = _attention64(x, ws, bs, heads, kv_heads, norm, None, not mask, m, rot, 0.3, "linear")
+    size = 8
+    per_row = (d + 2 * 32 + 32 + (32 if device == "cpu" else 0)) * size
+    per_seq = (2 * S * 16 + (2 * S * 32 if mask else 0)) * size
+    ws_bytes = None if rows is None else per_seq + rows * per_row
+    residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=not mask,
+                        attn_mask=m, rotary=rot, scale=0.3, workspace_bytes=ws_bytes)
+    _close(x, expected, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("past_len", [0, 5])
+@pytest.mark.parametrize("rows", [1, 4, None])
+@pytest.mark.parametrize("S", [1, 6])
+def test_attention_with_cache_causal_offsets(device, past_len, rows, S):
+    """Keys and values go to the cache; queries sit after the past ones (lower-right causal)."""
+    dtype, B, d, heads, kv_heads = torch.float64, 2, 32, 4, 2
+    x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, device, bias=False, layout="linear", rotary=True, seed=8)
+    gen = torch.Generator().manual_seed(9)
+    past = None
+    if past_len:
+        past = tuple(torch.randn(B, kv_heads, past_len, 8, generator=gen, dtype=torch.float64).to(device) for _ in range(2))
+    norm = _norm("rms", d, dtype, device, gen)
+    expected = _attention64(x, ws, bs, heads, kv_heads, norm, None, True, None, rot, None, "linear", past=past)
+    cache = _ListCache(past)
+    per_row = (d + 3 * 32 + (32 if device == "cpu" else 0)) * 8
+    residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=True,
+                        rotary=rot, kv_update=cache, workspace_bytes=None if rows is None else rows * per_row)
+    _close(x, expected, dtype)
+    assert cache.calls == 1 and cache.k.shape == (B, kv_heads, past_len + S, 8)
+
+
+def test_attention_grad_mode_out_of_place_exact_gradients():
+    dtype = torch.float64
+    x0, ws, bs, rot = _attention_case(2, 5, 16, 4, 2, dtype, "cpu", bias=True, layout="conv1d", rotary=True, seed=10)
+    ws[0].requires_grad_(True)
+    x = x0.clone().requires_grad_(True)
+    y = residual_attention_(x, **_kwargs(ws, bs), num_heads=4, num_kv_heads=2, causal=True, rotary=rot, weight_layout="conv1d")
+    assert y is not x and torch.equal(x.detach(), x0)
+    y.square().sum().backward()
+    xr, wr = x0.clone().requires_grad_(True), ws[0].detach().clone().requires_grad_(True)
+    _attention64(xr, [wr] + ws[1:], bs, 4, 2, None, None, True, None, rot, None, "conv1d").square().sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(ws[0].grad, wr.grad, rtol=1e-9, atol=1e-10)
+
+
+# -- errors: named, and x unchanged ---------------------------------------------------------------
+
+
+def _mlp_args():
+    x, w1, w2, b1, b2, *_ = _mlp_case((2, 3, 8), 16, torch.float32, "cpu", gated=False, bias=True, layout="linear")
+    return x, w1, w2, b1, b2
+
+
+@pytest.mark.parametrize(
+    "change,error,match",
+    [
+        (lambda a, k: (a[0].double(), *a[1:]), TypeError, "x has dtype torch.float64 but fc1_weight"),
+        (lambda a, k: (a[0].to("meta"), *a[1:]), ValueError, "x is on meta but fc1_weight is on cpu"),
+        (lambda a, k: (a[0].to(torch.int32), *a[1:]), TypeError, "x must be float16"),
+        (lambda a, k: (a[0].transpose(0, 1), *a[1:]), ValueError, "x must be contiguous"),
+        (lambda a, k: k.update(workspace_bytes=63) or a, ValueError, "workspace_bytes=63 is below one row.s workspace \\(64 bytes\\)"),
+        (lambda a, k: k.update(activation="tanh") or a, ValueError, "activation must be one of"),
+        (lambda a, k: k.update(weight_layout="rows") or a, ValueError, "weight_layout"),
+        (lambda a, k: (a[0], a[1][:, :5], *a[2:]), ValueError, "fc1_weight must have shape"),
+        (lambda a, k: (a[0], a[1], a[2], a[3], a[0].view(-1)[:8]), ValueError, "fc2_bias shares memory with x"),
+        (lambda a, k: k.update(norm=Norm.rms(torch.ones(8), eps=-1.0)) or a, ValueError, "norm.eps"),
+    ],
+)
+def test_mlp_errors_leave_x_unchanged(change, error, match):
+    args = _mlp_args()
+    kwargs: dict = {}
+    args = change(args, kwargs)
+    x = args[0]
+    before = x.clone() if x.device.type != "meta" else None
+    with pytest.raises(error, match=match):
+        residual_mlp_(*args, **kwargs)
+    if before is not None and x.dtype.is_floating_point:
+        assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"workspace_bytes": 10}, ValueError, "workspace_bytes=10 is below one query row"),
+        ({"num_heads": 3}, ValueError, "not a multiple of num_heads"),
+        ({"num_kv_heads": 3}, ValueError, "num_kv_heads must be a positive int dividing"),
+        ({"causal": True, "attn_mask": torch.ones(1, 1, 1, 5, dtype=torch.bool)}, ValueError, "not both"),
+        ({"attn_mask": torch.ones(1, 1, 1, 4, dtype=torch.bool)}, ValueError, "last dimension must be seq_len=5"),
+        ({"rotary": (torch.ones(1, 5, 3), torch.ones(1, 5, 3))}, ValueError, "rotary cos must have shape"),
+        ({"kv_update": lambda k, v: (k[:, :, :1], v)}, ValueError, "kv_update must return"),
+    ],
+)
+def test_attention_errors_leave_x_unchanged(kwargs, error, match):
+    x, ws, bs, _ = _attention_case(2, 5, 16, 4, 4, torch.float32, "cpu", bias=False, layout="linear", rotary=False)
+    before = x.clone()
+    args = {"num_heads": 4, **_kwargs(ws, bs), **kwargs}
+    with pytest.raises(error, match=match):
+        residual_attention_(x, **args)
+    assert torch.equal(x, before)
+
+
+def test_attention_wrong_device_and_dtype_of_x():
+    x, ws, bs, _ = _attention_case(2, 5, 16, 4, 4, torch.float32, "cpu", bias=False, layout="linear", rotary=False)
+    with pytest.raises(TypeError, match="residual_attention_: x has dtype torch.float16 but q_weight"):
+        residual_attention_(x.half(), **_kwargs(ws, bs), num_heads=4)
+    with pytest.raises(ValueError, match="residual_attention_: x is on meta but q_weight is on cpu"):
+        residual_attention_(x.to("meta"), **_kwargs(ws, bs), num_heads=4)
+    with pytest.raises(ValueError, match="x must have 3 dimensions"):
+        residual_attention_(x[0], **_kwargs(ws, bs), num_heads=4)
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+def test_plan_rows_and_groups():
+    assert balanced_rows(10, 4) == 4 and balanced_rows(9, 4) == 3 and balanced_rows(5, 100) == 5
+    assert mlp_panel_rows("f", 100, 10, 10_000, 35) == 3  # 34 panels: 33 of 3 rows and one of 1 would be unbalanced, but 3 is the most that fits
+    # Default bound: at least 8192 rows' worth even for a small x, never more than all rows.
+    assert mlp_panel_rows("f", 100_000, 10, 1000, None) == balanced_rows(100_000, 8192)
+    plan = attention_plan("f", batch=8, seq_len=100, per_sequence_bytes=1000, per_row_bytes=10, x_bytes=0, workspace_bytes=4500)
+    assert plan == AttentionPlan(group=2, q_rows=100, seq_len=100) and not plan.splits_sequences
+    plan = attention_plan("f", batch=8, seq_len=100, per_sequence_bytes=1000, per_row_bytes=10, x_bytes=0, workspace_bytes=1500)
+    assert plan.group == 1 and plan.q_rows == 50 and plan.splits_sequences
+    with pytest.raises(ValueError, match="below one query row"):
+        attention_plan("f", batch=8, seq_len=100, per_sequence_bytes=1000, per_row_bytes=10, x_bytes=0, workspace_bytes=1009)
