@@ -26,12 +26,6 @@ def _built_library() -> str | None:
     return found[0] if found else None
 
 
-def _jit_with_cuda() -> bool:
-    from torch.utils import cpp_extension
-
-    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
-
-
 def _jit_build() -> str:
     from torch.utils import cpp_extension
 
@@ -41,45 +35,49 @@ def _jit_build() -> str:
             f"to JIT-build from (looked in {_sources.CSRC}); install with "
             "`pip install --no-build-isolation .`"
         )
-    with_cuda = _jit_with_cuda()
+    with_cuda, why = _sources.cuda_build_decision()
     sources = _sources.cpu_sources() + (_sources.cuda_sources() if with_cuda else [])
     print(
-        f"make_inplace: JIT-building the op library ({'CPU+CUDA' if with_cuda else 'CPU'}) "
+        f"make_inplace: JIT-building the op library ({'CPU+CUDA' if with_cuda else 'CPU'}: {why}) "
         "with torch.utils.cpp_extension.load; the first build takes a few minutes",
         file=sys.stderr,
     )
-    defines = ["-DMAKE_INPLACE_WITH_CUDA"] if with_cuda else []
-    arch_list = _jit_arch_list() if with_cuda else None
-    if with_cuda and _sources.has_sm90a(arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST", "")):
-        defines.append("-DMAKE_INPLACE_SM90A")
+    arch_list = _jit_arch_list() if with_cuda else ""
     name = "make_inplace_jit_cuda" if with_cuda else "make_inplace_jit_cpu"
-    if arch_list is not None:  # only set for this build: the variable was unset
+    previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if with_cuda:  # only for this build
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
     try:
-        _load(cpp_extension, name, sources, defines, with_cuda)
+        _load(cpp_extension, name, sources, _sources.defines(with_cuda, arch_list), with_cuda)
     finally:
-        if arch_list is not None:
-            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        if previous is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = previous
     return os.path.join(cpp_extension._get_build_directory(name, verbose=False), f"{name}.so")
 
 
-def _jit_arch_list() -> str | None:
-    """The visible GPUs' architectures with Hopper as sm_90a (the wgmma square
-    matmul), when TORCH_CUDA_ARCH_LIST does not say; None leaves torch's choice."""
-    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():
-        return None
+def _jit_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST when set; else the visible GPUs' archs with Hopper as
+    sm_90a (the wgmma kernels), so a JIT build compiles only what runs here;
+    else (no GPU visible) the configured default."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if not torch.cuda.is_available():
+        return _sources.default_cuda_arch_list()
     caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
     return ";".join(f"{major}.{minor}" + ("a" if (major, minor) == (9, 0) else "") for major, minor in caps)
 
 
 def _load(cpp_extension, name, sources, defines, with_cuda) -> None:
+    # No -std here: cpp_extension adds the one the installed torch needs.
     cpp_extension.load(
         name=name,
         sources=sources,
         extra_include_paths=_sources.include_dirs(),
-        extra_cflags=_sources.CXX_FLAGS + defines,
-        extra_cuda_cflags=_sources.NVCC_FLAGS + defines,
-        extra_ldflags=_sources.LINK_FLAGS,
+        extra_cflags=_sources.cxx_flags() + defines,
+        extra_cuda_cflags=_sources.nvcc_flags() + defines,
+        extra_ldflags=_sources.link_flags(),
         with_cuda=with_cuda,
         is_python_module=False,
         verbose=False,

@@ -1,12 +1,13 @@
 """Builds the MindSpore bridge libraries, without MindSpore and without linking torch.
 
-Sources: csrc/mindspore/*.cpp plus the torch-free CPU kernels
-csrc/kernels/cpu/*.cpp into ``libmake_inplace_ms_cpu.so``; with CUDA,
-csrc/mindspore/*.cu, csrc/mindspore/last_error.cpp and csrc/kernels/cuda/*.cu
-into ``libmake_inplace_ms_cuda.so`` (CMakeLists.txt builds the same files).
-The kernels include the header-only ``c10/util/Half.h``/``BFloat16.h``, so the
-include directory of an installed torch is passed as headers only
-(``--c10-include``); nothing of torch is linked.
+Sources and flags: the ``mindspore_bridge`` part of build_config.json plus its
+common flags (read through make_inplace/_sources.py, as setup.py and CMake read
+them): csrc/mindspore/*.cpp and the torch-free CPU kernels into
+``libmake_inplace_ms_cpu.so``; with CUDA, csrc/mindspore/*.cu, last_error.cpp
+and the CUDA kernels into ``libmake_inplace_ms_cuda.so``. The kernels include
+the header-only ``c10/util/Half.h``/``BFloat16.h``, so the include directory of
+an installed torch is passed as headers only (``--c10-include``); nothing of
+torch is linked, and the C++ standard is the one that torch asks for.
 
 Used by setup.py (``MAKE_INPLACE_BUILD_MINDSPORE=1``) and scripts/mindspore_test.sh::
 
@@ -16,70 +17,87 @@ Used by setup.py (``MAKE_INPLACE_BUILD_MINDSPORE=1``) and scripts/mindspore_test
 from __future__ import annotations
 
 import argparse
-import glob
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(PACKAGE_DIR)
-CSRC = os.path.join(SOURCE_ROOT, "csrc")
 
 CPU_LIBRARY = "libmake_inplace_ms_cpu.so"
 CUDA_LIBRARY = "libmake_inplace_ms_cuda.so"
-
-# Hidden visibility: only the MAKE_INPLACE_MS_EXPORT entry points are exported.
-# --no-undefined proves nothing of torch (or anything else unlinked) is needed.
-CXX_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-fopenmp", "-fvisibility=hidden", "-Wall"]
-LINK_FLAGS = ["-shared", "-Wl,--no-undefined"]
-NVCC_FLAGS = [
-    "-O3",
-    "-std=c++17",
-    "--expt-relaxed-constexpr",
-    "-lineinfo",
-    "-Xcompiler=-fPIC,-fvisibility=hidden",
-    "-Xlinker=--no-undefined",
-]
-# sm_80 and sm_90 code plus sm_90 PTX, as setup.py builds the torch library.
-CUDA_ARCHS = ("80", "90")
+TARGET = "mindspore_bridge"
 
 
-def _gencode(archs) -> list[str]:
-    archs = list(archs)
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    return flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+def _load_sources():
+    # By path: importing make_inplace would import torch.
+    path = os.path.join(SOURCE_ROOT, "make_inplace", "_sources.py")
+    spec = importlib.util.spec_from_file_location("make_inplace_sources", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def cpu_sources(root: str = CSRC) -> list[str]:
-    return sorted(glob.glob(os.path.join(root, "mindspore", "*.cpp")) + glob.glob(os.path.join(root, "kernels", "cpu", "*.cpp")))
+_sources = _load_sources()
 
 
-def cuda_sources(root: str = CSRC) -> list[str]:
-    return sorted(
-        glob.glob(os.path.join(root, "mindspore", "*.cu"))
-        + [os.path.join(root, "mindspore", "last_error.cpp")]
-        + glob.glob(os.path.join(root, "kernels", "cuda", "*.cu"))
-    )
+def _bridge(key: str) -> list[str]:
+    return list(_sources.config()[TARGET][key])
+
+
+def _std_flags(c10_include: str) -> list[str]:
+    std = _sources.torch_cxx_standard(c10_include)
+    if std is None:
+        raise SystemExit(f"make_inplace_mindspore: no TorchConfig.cmake beside {c10_include} says which C++ standard its headers need")
+    return [f"-std=c++{std}"]
+
+
+def gencode_flags(arch_list: str) -> list[str]:
+    """nvcc -gencode flags for a TORCH_CUDA_ARCH_LIST ("8.0+PTX;9.0a"; "90" also reads as 9.0)."""
+    flags = []
+    for arch in (a for a in re.split(r"[;, ]+", arch_list.strip()) if a):
+        base, ptx = arch[:-4] if arch.endswith("+PTX") else arch, arch.endswith("+PTX")
+        number = base.replace(".", "")
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+        if ptx:
+            flags.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+    return flags
+
+
+def default_arch_list() -> str:
+    return os.environ.get("TORCH_CUDA_ARCH_LIST") or _sources.default_cuda_arch_list()
 
 
 def _include_flags(c10_include: str) -> list[str]:
-    return ["-I" + os.path.join(CSRC, "include"), "-I" + c10_include]
+    return ["-I" + d for d in _sources.include_dirs(TARGET)] + ["-isystem", c10_include]
 
 
 def build_cpu(c10_include: str, out_dir: str = PACKAGE_DIR, cxx: str | None = None) -> str:
     """Compiles the CPU bridge library into out_dir and returns its path."""
     out = os.path.join(out_dir, CPU_LIBRARY)
-    cmd = [cxx or os.environ.get("CXX", "g++"), *CXX_FLAGS, *_include_flags(c10_include), *cpu_sources(), *LINK_FLAGS, "-o", out]
+    flags = _sources.cxx_flags() + _bridge("cxx_flags") + _std_flags(c10_include) + ["-fPIC"]
+    link = ["-shared", *_sources.link_flags(), *_bridge("link_flags")]
+    cmd = [cxx or os.environ.get("CXX", "g++"), *flags, *_include_flags(c10_include), *_sources.cpu_sources(TARGET), *link, "-o", out]
     print("make_inplace_mindspore: " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True)
     return out
 
 
-def build_cuda(c10_include: str, out_dir: str = PACKAGE_DIR, nvcc: str = "nvcc", archs=CUDA_ARCHS) -> str:
-    """Compiles the CUDA bridge library (cudart linked statically) and returns its path."""
+def build_cuda(c10_include: str, out_dir: str = PACKAGE_DIR, nvcc: str = "nvcc", archs=None) -> str:
+    """Compiles the CUDA bridge library (cudart linked statically) and returns its path.
+    archs: a TORCH_CUDA_ARCH_LIST string or a sequence of its entries
+    (default: TORCH_CUDA_ARCH_LIST, else build_config.json's)."""
+    arch_list = default_arch_list() if archs is None else archs if isinstance(archs, str) else ";".join(archs)
     out = os.path.join(out_dir, CUDA_LIBRARY)
-    cmd = [nvcc, *NVCC_FLAGS, *_gencode(archs), *_include_flags(c10_include), "-shared", *cuda_sources(), "-o", out]
+    host = ",".join(["-fPIC", *_bridge("nvcc_host_flags")])
+    link = [f"-Xlinker={flag[len('-Wl,'):]}" if flag.startswith("-Wl,") else flag for flag in _bridge("link_flags")]
+    cmd = [
+        nvcc, *_sources.nvcc_flags(), *_std_flags(c10_include), f"-Xcompiler={host}", *link, *gencode_flags(arch_list),
+        *_include_flags(c10_include), "-shared", *_sources.cuda_sources(TARGET), "-o", out,
+    ]
     print("make_inplace_mindspore: " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True)
     return out
@@ -91,12 +109,12 @@ def main() -> None:
     parser.add_argument("--out-dir", default=PACKAGE_DIR)
     parser.add_argument("--cuda", action="store_true", help="also build the CUDA library (needs nvcc)")
     parser.add_argument("--cuda-only", action="store_true", help="build only the CUDA library")
-    parser.add_argument("--cuda-arch", action="append", help=f"compute capability, repeatable (default {' '.join(CUDA_ARCHS)})")
+    parser.add_argument("--cuda-arch-list", help="TORCH_CUDA_ARCH_LIST-style archs (default: TORCH_CUDA_ARCH_LIST, else build_config.json's)")
     args = parser.parse_args()
     if not args.cuda_only:
         build_cpu(args.c10_include, args.out_dir)
     if args.cuda or args.cuda_only:
-        build_cuda(args.c10_include, args.out_dir, shutil.which("nvcc") or "nvcc", args.cuda_arch or CUDA_ARCHS)
+        build_cuda(args.c10_include, args.out_dir, shutil.which("nvcc") or "nvcc", args.cuda_arch_list)
 
 
 if __name__ == "__main__":

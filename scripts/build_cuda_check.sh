@@ -1,19 +1,15 @@
 #!/usr/bin/env bash
 # Builds and links the CUDA extension on a machine without a GPU, so CUDA code
 # that does not compile fails CI. The CPU torch lacks CUDA headers, so this uses
-# a cached virtual environment with torch==2.11.0 (the CUDA 13.0 build the GPU
-# machines run) and its nvidia/cu13 headers and libraries with the machine's
-# CUDA 13.0 nvcc. The build goes to a temporary directory, not the source tree;
-# MAKE_INPLACE_CUDA_LIB_OUT=DIR keeps a copy of the library there (to carry to a
-# GPU machine as scripts/gpu_session.sh's PREBUILT).
+# the cached venv of scripts/oldest_torch_venv.sh (torch 2.11.0, the CUDA 13.0
+# build the GPU machines run) and its nvidia/cu13 headers and libraries with the
+# machine's CUDA 13.0 nvcc, for build_config.json's default archs
+# (TORCH_CUDA_ARCH_LIST overrides). The build goes to a temporary directory, not
+# the source tree; MAKE_INPLACE_CUDA_LIB_OUT=DIR keeps a copy of the library there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${MAKE_INPLACE_CUDA_VENV:-$HOME/.cache/make_inplace/venv-torch-2.11.0-cu130}
-if ! "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("2.11.0") and torch.version.cuda' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==2.11.0" numpy setuptools wheel ninja 2>&1 | { grep -v "^WARNING: Location" || true; }
-fi
-site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+py=$(bash scripts/oldest_torch_venv.sh)
+site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 # /usr/local/bin/nvcc may be a wrapper script, so prefer the toolkit folder.
 if [ -z "${CUDA_HOME:-}" ]; then
   if [ -x /usr/local/cuda/bin/nvcc ]; then CUDA_HOME=/usr/local/cuda
@@ -25,10 +21,11 @@ export LIBRARY_PATH=$site/nvidia/cu13/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "building the CUDA extension with $("$venv/bin/python" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
-"$venv/bin/python" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | { grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
+echo "building the CUDA extension with torch $("$py" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
+# The grep drops the notes g++ prints for torch's headers, keeping errors.
+"$py" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | { grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
 lib=$(ls "$out"/lib/make_inplace/_C*.so)
-"$venv/bin/python" - "$lib" <<'PY'
+"$py" - "$lib" <<'PY'
 import sys, torch
 torch.ops.load_library(sys.argv[1])
 backends = torch.ops.make_inplace.build_backends()
