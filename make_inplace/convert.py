@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -75,10 +76,21 @@ def _layer_obstacle(m: nn.TransformerEncoderLayer) -> str | None:
     return None
 
 
-def _convert(module: nn.Module, name: str, report: ConversionReport) -> nn.Module:
+def _convert_transformers(module: nn.Module, name: str, report: ConversionReport, decided: set[int]) -> bool:
+    """transformers' known blocks (make_inplace.hf); True when module itself now runs in place."""
+    if "transformers" not in sys.modules:  # no transformers model can be in the tree
+        return False
+    from .hf import convert_known
+
+    return convert_known(module, name, report, decided)
+
+
+def _convert(module: nn.Module, name: str, report: ConversionReport, decided: set[int]) -> nn.Module:
     """The module to put at ``name``: a replacement, or module itself with its children converted."""
     kind = type(module).__name__
     if isinstance(module, _OURS):
+        return module
+    if _convert_transformers(module, name, report, decided):
         return module
     if isinstance(module, nn.TransformerEncoderLayer):
         reason = _layer_obstacle(module)
@@ -98,7 +110,7 @@ def _convert(module: nn.Module, name: str, report: ConversionReport) -> nn.Modul
         return module
     for child_name, child in list(module.named_children()):
         qualified = f"{name}.{child_name}" if name else child_name
-        new = _convert(child, qualified, report)
+        new = _convert(child, qualified, report, decided)
         if new is not child:
             setattr(module, child_name, new)
     if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
@@ -128,6 +140,21 @@ def convert_(model: nn.Module) -> nn.Module:
     new layers nested tensors); padded positions then hold computed values
     where torch's nested path returns zeros.
 
+    Hugging Face transformers models (BERT/RoBERTa encoders, GPT-2, Llama,
+    Mistral and Qwen2 decoders, ViT; see :mod:`make_inplace.hf`): their
+    layers, embeddings and final norms keep their objects, children,
+    parameters and state_dict but get an in-place class (``Inplace<Name>``)
+    whose forward overwrites the residual stream by row panels
+    (:mod:`make_inplace.blocks`) under ``torch.no_grad()``/inference mode in
+    eval mode, and runs transformers' own forward otherwise (grad mode with
+    parameters requiring grad, training, ``output_hidden_states`` /
+    ``output_attentions``). The base model's forward then runs in a scope
+    that lets blocks overwrite only hidden states the model itself made;
+    caller tensors (``inputs_embeds``) are copied first. Decoders keep their
+    KV cache and ``generate()``. Attention runs through
+    ``scaled_dot_product_attention`` for the ``sdpa`` and ``eager``
+    implementations; models configured for others are skipped with a reason.
+
     Returns ``model`` (or, when ``model`` itself is one of the two layer
     types, its replacement). What was replaced and what was skipped and why is
     a :class:`ConversionReport` at ``returned.make_inplace_report``, and is
@@ -143,7 +170,7 @@ def convert_(model: nn.Module) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert_: model must be a torch.nn.Module, got {type(model).__name__}")
     report = ConversionReport()
-    result = _convert(model, "", report)
+    result = _convert(model, "", report, set())
     result.make_inplace_report = report
     logger.info("%s", report)
     return result
