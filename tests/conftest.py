@@ -1,4 +1,7 @@
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,11 +19,16 @@ def _seed():
 
 
 def launch_orders(values):
-    """The same shapes in increasing, decreasing and alternating order (the
-    largest between every two others), so each launch follows calls at other
-    shapes: cached launch state must not go stale between them."""
+    """The same shapes in increasing and decreasing order, and alternating:
+    every pair as larger, smaller, larger again. Each launch follows calls at
+    other shapes, so cached launch state must not go stale between them."""
     up = sorted(values)
-    alternating = [v for small in up[:-1] for v in (up[-1], small)] + [up[-1]]
+    alternating = []
+    for i, small in enumerate(up):
+        for large in up[i + 1:]:
+            for v in (large, small, large):
+                if not alternating or alternating[-1] != v:
+                    alternating.append(v)
     return {"increasing": up, "decreasing": up[::-1], "alternating": alternating}
 
 
@@ -28,6 +36,30 @@ def pytest_addoption(parser):
     parser.addoption("--shuffle-seed", type=int, default=None,
                      help="run the tests in a random order drawn from this seed (the GPU run uses it: "
                           "kernels' cached launch state must not depend on which tests ran before)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fresh_process: runs in a pytest subprocess of its own, so a memory measurement "
+                   "does not depend on the caching allocator's history left by other tests")
+
+
+_IN_FRESH_PROCESS = "MAKE_INPLACE_TEST_IN_FRESH_PROCESS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A fresh_process test runs again, alone, in a new interpreter; this one reports its outcome."""
+    if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(_IN_FRESH_PROCESS):
+        return None
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=pyfuncitem.config.rootpath, env={**os.environ, _IN_FRESH_PROCESS: "1"},
+        capture_output=True, text=True, timeout=600,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"in a fresh process:\n{result.stdout[-4000:]}{result.stderr[-2000:]}", pytrace=False)
+    return True
 
 
 def pytest_collection_modifyitems(config, items):

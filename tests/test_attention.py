@@ -317,6 +317,7 @@ def test_cuda_matches_torch(dtype, case, need):
 
 
 @CUDA
+@pytest.mark.fresh_process
 def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
     """need_weights=True: torch holds scores and probabilities; we hold one buffer."""
     n, h, e, length, dtype = 4, 16, 1024, 1024, torch.float16

@@ -216,6 +216,7 @@ def test_cuda_matches_torch(dtype, norm_first, grad):
 
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.fresh_process
 def test_cuda_converted_layer_forward_peak_below_torch_eager(dtype):
     """Inference, post-norm relu layer: the in-place activation removes one
     (N, L, dim_feedforward) buffer at torch's peak (relu's output beside

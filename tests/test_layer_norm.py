@@ -334,6 +334,7 @@ def test_module_matches_torch_and_loads_state(device):
 # Every x is >= 10 MiB: a smaller one sits in a 20 MiB allocator segment whose
 # free rest would hold torch's output, hiding its allocation (docs/memory.md).
 @pytest.mark.parametrize("shape,affine_params", [((4096, 4096), True), ((1 << 20, 32), False), ((32, 262144), True)])
+@pytest.mark.fresh_process
 def test_cuda_forward_allocates_nothing(shape, affine_params):
     fresh_cuda_memory()
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -346,6 +347,7 @@ def test_cuda_forward_allocates_nothing(shape, affine_params):
 
 
 @CUDA
+@pytest.mark.fresh_process
 def test_cuda_forward_with_grad_needs_allocates_only_stats():
     fresh_cuda_memory()
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
@@ -355,6 +357,7 @@ def test_cuda_forward_with_grad_needs_allocates_only_stats():
 
 
 @CUDA
+@pytest.mark.fresh_process
 def test_cuda_forward_backward_peak_below_torch():
     # Three blocks h <- layer_norm(h) @ W with trainable W, as in a transformer:
     # torch's layer norm saves its input h and the matmul saves the norm's output

@@ -326,6 +326,7 @@ def test_wrong_device_buffer():
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("batch,n,m", [(512, 1024, 1024), (64, 4096, 256)])
+@pytest.mark.fresh_process
 def test_cuda_caller_buffers_allocate_nothing(dtype, batch, n, m):
     fresh_cuda_memory()
     a, b = make((batch, n), dtype, "cuda"), make((batch, m), dtype, "cuda")

@@ -379,6 +379,7 @@ def test_module(device):
 # Every x is >= 10 MiB: a smaller one sits in a 20 MiB allocator segment whose
 # free rest would hold torch's output, hiding its allocation (docs/memory.md).
 @pytest.mark.parametrize("shape,kwargs", [((4096, 4096), {}), ((16, 1024, 1024), {"causal": True, "scale": 0.1}), ((64, 65536), {})])
+@pytest.mark.fresh_process
 def test_cuda_forward_allocates_nothing(shape, kwargs):
     fresh_cuda_memory()
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -390,6 +391,7 @@ def test_cuda_forward_allocates_nothing(shape, kwargs):
 
 
 @CUDA
+@pytest.mark.fresh_process
 def test_cuda_forward_over_middle_dim_allocates_nothing():
     fresh_cuda_memory()
     x = torch.randn(64, 1024, 256, device="cuda", dtype=torch.float16)
@@ -401,6 +403,7 @@ def test_cuda_forward_over_middle_dim_allocates_nothing():
 
 
 @CUDA
+@pytest.mark.fresh_process
 def test_cuda_forward_backward_peak_below_torch():
     # Scaled, masked probabilities y = softmax(h * scale + mask) of an activation h,
     # trained through loss = y.sum(). torch holds h, h*scale and h*scale + mask (or

@@ -261,6 +261,7 @@ def _memory_case(rows, n, dtype, workspace_bytes):
 
 @requires_cuda
 @pytest.mark.parametrize("rows,n,dtype", [(65536, 4096, torch.bfloat16), (16384, 1024, torch.bfloat16), (40000, 1024, torch.float32)])
+@pytest.mark.fresh_process
 def test_cuda_memory_within_default_bound(rows, n, dtype):
     x, ours, theirs = _memory_case(rows, n, dtype, None)
     bound = min(x.nbytes // 16, 64 << 20)
@@ -273,6 +274,7 @@ def test_cuda_memory_within_default_bound(rows, n, dtype):
     "rows,n,dtype",
     [(16384, 4096, torch.bfloat16), (20000, 777, torch.float32), (20000, 776, torch.float32), (4096, 1000, torch.float16)],
 )
+@pytest.mark.fresh_process
 def test_cuda_zero_workspace_adds_no_allocation(rows, n, dtype):
     x, ours, theirs = _memory_case(rows, n, dtype, 0)
     assert ours.allocated == 0 and ours.reserved == 0, ours
@@ -365,6 +367,7 @@ def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_
 @requires_hopper
 @pytest.mark.parametrize("rows,n,dtype", [(40000, 1024, torch.bfloat16), (16384, 4096, torch.float16), (65536, 768, torch.bfloat16)])
 @pytest.mark.parametrize("workspace_bytes", [None, 0])
+@pytest.mark.fresh_process
 def test_cuda_wgmma_kernel_runs_at_the_benchmark_shapes(rows, n, dtype, workspace_bytes):
     """The benchmark shapes in 16-bit types take the Hopper kernel: the default mode
     allocates only its row-block counters (within the bound), workspace_bytes=0 nothing."""
@@ -424,6 +427,7 @@ def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose, workspace_byte
 @requires_cuda
 @pytest.mark.parametrize("rows,n", [(40000, 1024), (16384, 2048), (65536, 768), (16384, 512)])
 @pytest.mark.parametrize("workspace_bytes", [None, 0])
+@pytest.mark.fresh_process
 def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes):
     """The fp32 benchmark shapes below n = 4096 take the FFMA kernel: the default mode
     allocates only its row-block counters (within the bound); workspace_bytes=0 runs

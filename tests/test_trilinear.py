@@ -325,6 +325,7 @@ def test_wrong_device_buffer():
 
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.fresh_process
 def test_cuda_caller_buffers_allocate_nothing(dtype):
     n, f = 262144, 64
     fresh_cuda_memory()
