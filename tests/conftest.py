@@ -52,9 +52,12 @@ def pytest_pyfunc_call(pyfuncitem):
     """A fresh_process test runs again, alone, in a new interpreter; this one reports its outcome."""
     if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(_IN_FRESH_PROCESS):
         return None
+    # The same interpreter, working directory and import path as this run.
+    node = f"{pyfuncitem.path}::{pyfuncitem.nodeid.split('::', 1)[1]}"
+    path = os.pathsep.join(p for p in sys.path if p)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
-        cwd=pyfuncitem.config.rootpath, env={**os.environ, _IN_FRESH_PROCESS: "1"},
+        [sys.executable, "-m", "pytest", node, "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        env={**os.environ, _IN_FRESH_PROCESS: "1", "PYTHONPATH": path},
         capture_output=True, text=True, timeout=600,
     )
     if result.returncode != 0:
