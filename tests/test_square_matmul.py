@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import make_inplace
+from make_inplace._testing import forced_route
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_error
 from conftest import CUDA, DEVICES, launch_orders, requires_cuda
 
@@ -219,12 +220,15 @@ def test_cuda_large(dtype, rows, n, workspace_bytes):
         (40000, 1024, torch.float32, None),  # fp32, 8 blocks of 255 rows
     ],
 )
-def test_cuda_small_block_panels(monkeypatch, rows, n, dtype, workspace_bytes):
-    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB); fp32
-    is kept off the FFMA kernel so that it takes this route."""
-    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", str(1 << 62))
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-block"])
+def test_cuda_small_block_panels(rows, n, dtype, workspace_bytes, batched):
+    """The panel route whose workspace is 1 MiB blocks (bounds of 2-10 MiB), forced
+    (the wgmma and FFMA kernels would take some of these shapes), with one batched
+    GEMM per panel and with one GEMM per block."""
     x, w, b = make(rows, n, dtype, "cuda", bias=True)
-    check(x, w, b, transpose=(n % 2 == 0), workspace_bytes=workspace_bytes)
+    with forced_route("panels", panels_batched=batched):
+        names = _kernel_names(lambda: check(x, w, b, transpose=(n % 2 == 0), workspace_bytes=workspace_bytes))
+    assert "copy_blocks_kernel" in names and "square_matmul_wgmma" not in names and "square_matmul_ffma" not in names
 
 
 @requires_cuda
@@ -351,17 +355,15 @@ def _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_byt
      (1025, 4096), (257, 4104), (130, 8192), (20000, 512)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
-@pytest.mark.parametrize("tiles_per_cta", ["auto", "2"])
+@pytest.mark.parametrize("tiles_per_cta", [None, 2], ids=["auto", "2"])
 @pytest.mark.parametrize("workspace_bytes", [0, 4 << 20], ids=["clusters", "counters"])
-def test_cuda_wgmma_kernel_values(monkeypatch, dtype, rows, n, transpose, tiles_per_cta, workspace_bytes):
-    """Every shape the Hopper kernel takes goes to it (MAKE_INPLACE_WGMMA_MIN_TILES=0),
-    with the plan's choice of tiles per CTA and with two forced (the second
-    held in registers and written once the row-block is free), in both modes:
-    clusters (no workspace) and per-row-block counters (a 4 MiB bound)."""
-    monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
-    if tiles_per_cta != "auto":
-        monkeypatch.setenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA", tiles_per_cta)
-    _check_kernel_with_sentinel("square_matmul_wgmma", rows, n, dtype, transpose, workspace_bytes)
+def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, workspace_bytes):
+    """Every shape the Hopper kernel takes goes to it (forced_route("wgmma")), with
+    the policy's choice of tiles per CTA and with two forced (the second held in
+    registers and written once the row-block is free), in both modes: clusters (no
+    workspace) and per-row-block counters (a 4 MiB bound)."""
+    with forced_route("wgmma", tiles_per_cta=tiles_per_cta):
+        _check_kernel_with_sentinel("square_matmul_wgmma", rows, n, dtype, transpose, workspace_bytes)
 
 
 @requires_hopper
@@ -383,15 +385,16 @@ def test_cuda_wgmma_kernel_runs_at_the_benchmark_shapes(rows, n, dtype, workspac
 
 @requires_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_cuda_wgmma_kernel_declines_misaligned_x(monkeypatch, dtype):
-    """TMA needs 16-byte aligned rows: an x at a 2-byte offset takes another kernel, still correct."""
-    monkeypatch.setenv("MAKE_INPLACE_WGMMA_MIN_TILES", "0")
+def test_cuda_wgmma_kernel_declines_misaligned_x(dtype):
+    """TMA needs 16-byte aligned rows: an x at a 2-byte offset takes another kernel, still
+    correct, even with the wgmma route forced."""
     rows, n = 4096, 1024
     storage = torch.randn(rows * n + 1, dtype=dtype, device="cuda")
     x = storage[1:].view(rows, n)
     w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
     expected = reference(x, w, None, False)
-    names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0))
+    with forced_route("wgmma"):
+        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0))
     assert "square_matmul_wgmma" not in names, names
     assert relative_error(x, expected) < TOL[dtype]
 
@@ -412,16 +415,15 @@ FFMA_WORKSPACE = 4 << 20  # room for the row-block counters (the kernel needs a 
 )
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("workspace_bytes", [0, FFMA_WORKSPACE], ids=["clusters", "counters"])
-def test_cuda_ffma_kernel_values(monkeypatch, rows, n, transpose, workspace_bytes):
-    """Every fp32 shape the FFMA kernel takes goes to it (MAKE_INPLACE_FFMA_MIN_TILES=0), in
-    both modes: row-block counters (a 4 MiB bound) and, on sm_90 up to n = 2048 (16 CTAs),
+def test_cuda_ffma_kernel_values(rows, n, transpose, workspace_bytes):
+    """Every fp32 shape the FFMA kernel takes goes to it (forced_route("ffma")), in both
+    modes: row-block counters (a 4 MiB bound) and, on sm_90 up to n = 2048 (16 CTAs),
     clusters (no memory); a sentinel row after x must stay unwritten."""
     if workspace_bytes == 0 and not (HOPPER and n <= 2048):
         pytest.skip("cluster mode needs sm_90 and n <= 2048")
-    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
-    monkeypatch.setenv("MAKE_INPLACE_FFMA_PANELS_FROM_N", str(1 << 62))
     assert not torch.backends.cuda.matmul.allow_tf32
-    _check_kernel_with_sentinel("square_matmul_ffma", rows, n, torch.float32, transpose, workspace_bytes)
+    with forced_route("ffma"):
+        _check_kernel_with_sentinel("square_matmul_ffma", rows, n, torch.float32, transpose, workspace_bytes)
 
 
 @requires_cuda
@@ -448,11 +450,12 @@ def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes)
 @pytest.mark.parametrize(
     "case", ["x at a 4-byte offset", "bias at a 4-byte offset", "n not a multiple of 4", "tf32 allowed", "contiguous panels at n = 4096"]
 )
-def test_cuda_ffma_kernel_declines(monkeypatch, case):
+def test_cuda_ffma_kernel_declines(case):
     """Cases the FFMA kernel does not take go elsewhere, still correct: 16-byte loads need
-    aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster; from
-    n = 4096 a contiguous panel buffer (bound >= 10 MiB) keeps cuBLAS's panels."""
-    monkeypatch.setenv("MAKE_INPLACE_FFMA_MIN_TILES", "0")
+    aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster (these
+    four decline even with the route forced); from n = 4096 a contiguous panel buffer
+    (bound >= 10 MiB) keeps cuBLAS's panels (the policy's choice: its 512 tiles would
+    otherwise take the FFMA kernel)."""
     rows, n = 2048, 1026 if case == "n not a multiple of 4" else 1024
     if case == "contiguous panels at n = 4096":
         rows, n = 2048, 4096
@@ -465,8 +468,23 @@ def test_cuda_ffma_kernel_declines(monkeypatch, case):
     torch.backends.cuda.matmul.allow_tf32 = case == "tf32 allowed"
     try:
         workspace = 16 << 20 if case == "contiguous panels at n = 4096" else FFMA_WORKSPACE
-        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace))
+        with forced_route(None if case == "contiguous panels at n = 4096" else "ffma"):
+            names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=workspace))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     assert "square_matmul_ffma" not in names, names
     assert relative_error(x, expected) < (2e-3 if case == "tf32 allowed" else TOL[torch.float32])
+
+
+# ------------------------------------------- CUDA: the zero-workspace waves kernel
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,n", [(1, 1), (33, 7), (1000, 1030), (4097, 768)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_waves_kernel_values(dtype, rows, n, transpose):
+    """The zero-workspace waves kernel (forced_route("waves")) on any GPU and dtype:
+    odd widths, partial row-blocks; a sentinel row after x must stay unwritten."""
+    with forced_route("waves"):
+        _check_kernel_with_sentinel("square_matmul_waves", rows, n, dtype, transpose, 0)

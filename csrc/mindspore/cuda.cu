@@ -12,7 +12,7 @@
 #include "make_inplace/kernels/layer_norm.h"
 #include "make_inplace/kernels/outer_product.h"
 #include "make_inplace/kernels/softmax.h"
-#include "make_inplace/kernels/square_matmul_fused.h"
+#include "make_inplace/kernels/square_matmul_waves.h"
 #include "make_inplace/kernels/trilinear.h"
 
 namespace make_inplace::mindspore {
@@ -36,18 +36,17 @@ int square_matmul(Call c, bool transpose, bool has_bias, cudaStream_t stream) {
   SquareMatmulArgs a{};
   if (int rc = parse_square_matmul(c, has_bias, &a)) return rc;
   if (a.rows == 0) return kOk;
-  if (!kernels::square_matmul_fused_supports(a.kind, a.n)) {
+  if (a.n > kernels::square_matmul_waves_max_width(a.kind)) {
     // The bridge has only the zero-workspace kernel (no cuBLAS): say so
     // rather than run anything else.
     return fail(kBadArgs, c.op,
-                "n = %lld is wider than the fused zero-workspace square matmul handles for %s on this device; "
+                "n = %lld is wider than the zero-workspace square matmul handles for %s on this device; "
                 "use the PyTorch op (row-panel route) for this width",
                 static_cast<long long>(a.n), kind_name(a.kind));
   }
   if (int rc = copy_async(c, a.y, a.x, a.rows * a.n * kernels::element_size(a.kind), stream)) return rc;
-  return cuda_result(c, "square_matmul_fused",
-                     kernels::square_matmul_fused(a.kind, a.y, a.weight, a.bias, a.rows, a.n, transpose,
-                                                  /*allow_tf32=*/false, stream));
+  return cuda_result(c, "square_matmul_waves",
+                     kernels::square_matmul_waves(a.kind, a.y, a.weight, a.bias, a.rows, a.n, transpose, stream));
 }
 
 int trilinear_forward(Call c, cudaStream_t stream) {

@@ -1,17 +1,18 @@
 #pragma once
-// square_matmul_: the argument checks and the workspace plan, shared by the
-// CPU and CUDA kernels so both honour the same memory bound.
+// square_matmul_: the argument checks and the routing policy's view of a
+// call, shared by the CPU and CUDA bindings so both honour the same memory
+// bound.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 
+#include <cstdint>
 #include <optional>
 
 #include "make_inplace/checks.h"
+#include "make_inplace/square_matmul_route.h"
+#include "make_inplace/torch_kinds.h"
 
 namespace make_inplace {
-
-// Default workspace bound: at most 1/16 of x and at most 64 MiB.
-constexpr int64_t kDefaultWorkspaceCap = int64_t{64} << 20;
-constexpr int64_t kDefaultWorkspaceFraction = 16;
 
 // The weight as the kernels read it: a row-major n x n matrix and whether the
 // product uses it transposed. A weight given as the transpose of a contiguous
@@ -60,12 +61,22 @@ inline SquareWeight check_square_matmul_args(
               weight.strides());
 }
 
-// The bound on extra memory for this call, in bytes.
-inline int64_t workspace_bound(const at::Tensor& x,
-                               std::optional<int64_t> workspace_bytes) {
-  if (workspace_bytes.has_value()) return *workspace_bytes;
-  return std::min(kDefaultWorkspaceCap,
-                  static_cast<int64_t>(x.nbytes()) / kDefaultWorkspaceFraction);
+// The call as the routing policy sees it (after check_square_matmul_args).
+inline square_matmul::Call square_matmul_call(const at::Tensor& x, const SquareWeight& w,
+                                              const std::optional<at::Tensor>& bias,
+                                              std::optional<int64_t> workspace_bytes) {
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  square_matmul::Call c;
+  c.n = x.size(-1);
+  c.rows = x.numel() / c.n;
+  c.kind = scalar_kind(x.scalar_type());
+  c.transpose = w.transpose;
+  c.x_aligned16 = aligned16(x.const_data_ptr());
+  c.w_aligned16 = aligned16(w.matrix.const_data_ptr());
+  c.bias_aligned16 = !(bias.has_value() && bias->defined()) || aligned16(bias->const_data_ptr());
+  c.workspace_bound = square_matmul::workspace_bound(static_cast<int64_t>(x.nbytes()), workspace_bytes);
+  c.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+  return c;
 }
 
 }  // namespace make_inplace

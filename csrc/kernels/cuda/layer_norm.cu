@@ -24,7 +24,6 @@
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/staged_rows.cuh"
 
-#include <cstdlib>
 #include <type_traits>
 
 namespace make_inplace::kernels {
@@ -36,12 +35,6 @@ constexpr int kLongThreads = 512;
 constexpr int kColTile = 32;    // columns per CTA in the grad_weight/bias sums
 constexpr int kColRows = 8;     // row lanes per CTA there
 constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
-
-// A switch for comparisons, read per call.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
-}
 
 // Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
 template <typename T, int VEC, int NV>
@@ -558,17 +551,6 @@ __global__ void layer_norm_columns_final_kernel(const acc_t<T>* __restrict__ dw_
   if (db != nullptr) db[j] = from_acc<T>(sb);
 }
 
-template <typename Launch>
-cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
-  const int64_t blocks = (items + per_block - 1) / per_block;
-  for (int64_t b = 0; b < blocks; b += kMaxGridX) {
-    launch(b * per_block, static_cast<unsigned>(std::min(kMaxGridX, blocks - b)));
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
 template <typename T, int VEC, int NV>
 cudaError_t launch_rows(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                         acc_t<T> eps, acc_t<T>* mean, acc_t<T>* rstd, cudaStream_t stream) {
@@ -652,8 +634,7 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
     // more slots whose halves fit a ring, so that two CTAs share an SM and
     // one's loads overlap the other's stores (bf16 (1024, 65536): 2.26 against
     // 2.17 with one 1024-thread CTA per row; 1.85 with 512 threads).
-    // MAKE_INPLACE_LN_SPLIT=0 turns splitting off, for comparisons.
-    const bool split = sizeof(T) < 8 && env_int("MAKE_INPLACE_LN_SPLIT", 1) != 0;
+    const bool split = sizeof(T) < 8;
     if (staged::plan_rows(n, sizeof(T), split, &plan)) {
       staged::Plan halves;
       if (split && plan.split == 1 && plan.pieces >= 4 && staged::plan_halves(n, sizeof(T), &halves)) {

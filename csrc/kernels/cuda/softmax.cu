@@ -433,19 +433,6 @@ __global__ void __launch_bounds__(kColumnThreads)
   }
 }
 
-// Launches `kernel(first_item, ...)` over `items` items, `per_block` per CTA,
-// splitting launches so gridDim.x stays within CUDA's limit.
-template <typename Launch>
-cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
-  const int64_t blocks = (items + per_block - 1) / per_block;
-  for (int64_t b = 0; b < blocks; b += kMaxGridX) {
-    launch(b * per_block, static_cast<unsigned>(std::min(kMaxGridX, blocks - b)));
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
-}
-
 template <typename T, int VEC, int NV, bool MASKED>
 cudaError_t launch_rows(T* x, int64_t rows, int64_t n, int tpr, acc_t<T> scale,
                         int64_t causal_rows, const MaskLayout& mask, cudaStream_t stream) {

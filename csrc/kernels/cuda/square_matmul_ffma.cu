@@ -1,20 +1,19 @@
 // The float32 square matmul on CUDA cores: x[rows, n] <- x @ w (+ bias), or
 // x @ w^T with transpose, written over x with one counter per 128-row block
-// as the only extra memory.
+// as the only extra memory (or none, in clusters).
 //
 // Why: cuBLAS's SGEMM cannot write over its input, so the panel route runs it
-// on panels that fit the workspace bound (x/16) and copies each back. A
-// panel is one wave of the GPU, and one-wave SGEMMs run ~10% slower than one
-// big one (benchmarks/notes/square_matmul_panels.md). Here the whole product
-// is one kernel: a cooperative grid (every CTA resident) in groups of
-// ceil(n / 128) CTAs. A group owns one 128-row block at a time and each of
-// its CTAs computes one 128 x 128 result tile of it in registers. Reading the
-// block is finished when every CTA of the group has added 1 to the block's
-// counter; only then does a CTA write its tile over x. Groups own disjoint
-// blocks, so there is nothing else to order. Without the counters (no
-// memory at all, sm_90 and n <= 2048) a group is a thread-block cluster and
-// a cluster barrier replaces them; clusters must fit in a GPC, so fewer CTAs
-// run at once.
+// on panels that fit the workspace bound, each one wave of the GPU, and copies
+// each back. Here the whole product is one kernel: a cooperative grid (every
+// CTA resident) in groups of ceil(n / 128) CTAs. A group owns one 128-row
+// block at a time and each of its CTAs computes one 128 x 128 result tile of
+// it in registers. Reading the block is finished when every CTA of the group
+// has added 1 to the block's counter; only then does a CTA write its tile over
+// x. Groups own disjoint blocks, so there is nothing else to order. Without
+// the counters (no memory at all, sm_90 and n <= 2048) a group is a
+// thread-block cluster and a cluster barrier replaces them; clusters must fit
+// in a GPC, so fewer CTAs run at once. The routing policy
+// (square_matmul_route.h) picks the mode and the grid.
 //
 // The main loop is a classic SIMT SGEMM: k-slices of 8 staged through
 // registers into double-buffered shared memory (x's slice transposed so that
@@ -23,8 +22,6 @@
 // so a warp's 16-byte shared loads are broadcasts or conflict-free).
 #include "make_inplace/kernels/square_matmul_ffma.h"
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "make_inplace/kernels/row_block_groups.cuh"
@@ -33,7 +30,7 @@
 namespace make_inplace::kernels {
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kBK = 8;
+constexpr int kBM = static_cast<int>(ffma::kRowBlock), kBN = static_cast<int>(ffma::kColTile), kBK = 8;
 // Four warps as 2 x 2, each 64 x 64 of the tile; a thread holds 16 x 8
 // results (the register budget of 255 allows it with two CTAs per SM, which
 // keeps 8 warps per SM and lets every SM hold two CTAs of the grid).
@@ -217,19 +214,10 @@ using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t
 
 KernelFn kernel_for(bool transpose) { return transpose ? square_matmul_ffma_kernel<true> : square_matmul_ffma_kernel<false>; }
 
-constexpr int kMaxDevices = 64;
-constexpr int kMaxClusterCtas = 16;  // H100/H200 non-portable maximum
-// 1 + co-resident CTAs (index 0) or clusters of g CTAs (index g) per
-// (device, layout); 0: not asked yet.
-std::atomic<int> g_resident[kMaxDevices][2][kMaxClusterCtas + 1];
-
-// How many plain CTAs (cluster_ctas = 0, the cooperative grid of the
-// counted mode) or clusters of cluster_ctas CTAs fit on the device at once.
+// How many plain CTAs (cluster_ctas = 0: the counted mode's cooperative
+// grid; 0 where the device cannot launch cooperatively) or clusters of
+// cluster_ctas CTAs (sm_90 only) fit on the device at once.
 int resident(int device, bool transpose, int cluster_ctas) {
-  if (device < 0 || device >= kMaxDevices || cluster_ctas < 0 || cluster_ctas > kMaxClusterCtas) return 0;
-  std::atomic<int>& slot = g_resident[device][transpose ? 1 : 0][cluster_ctas];
-  const int known = slot.load();
-  if (known > 0) return known - 1;
   const KernelFn kernel = kernel_for(transpose);
   int count = 0;
   if (cluster_ctas == 0) {
@@ -251,54 +239,46 @@ int resident(int device, bool transpose, int cluster_ctas) {
     }
   }
   (void)cudaGetLastError();
-  slot.store(count + 1);
   return count;
 }
 
-int group_ctas(int64_t n) { return static_cast<int>((n + kBN - 1) / kBN); }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool square_matmul_ffma_supports(int64_t rows, int64_t n, const void* x, const void* w, const void* bias,
-                                 bool transpose, bool counted) {
-  if (n < 4 || n % 4 != 0 || rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
-  if (!counted && group_ctas(n) > kMaxClusterCtas) return false;
-  for (const void* p : {x, w, bias}) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  }
+Residency square_matmul_ffma_residency(bool transpose) {
+  Residency r;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return r;
   }
-  const int group = group_ctas(n);
-  return counted ? resident(device, transpose, 0) >= group : resident(device, transpose, group) >= 1;
-}
-
-int64_t square_matmul_ffma_counter_bytes(int64_t rows) {
-  return (rows + kBM - 1) / kBM * static_cast<int64_t>(sizeof(uint32_t));
+  r.ctas = resident(device, transpose, 0);
+  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = resident(device, transpose, c);
+  return r;
 }
 
 cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
-                               uint32_t* counters, cudaStream_t stream) {
+                               const RowBlockLaunch& launch, uint32_t* counters, cudaStream_t stream) {
   const bool counted = counters != nullptr;
-  if (!square_matmul_ffma_supports(rows, n, x, w, bias, transpose, counted)) return cudaErrorNotSupported;
+  if (n < 4 || n % 4 != 0 || rows < 0 || rows > kMaxGroupRows || !aligned16(x) || !aligned16(w) ||
+      !aligned16(bias)) {
+    return cudaErrorNotSupported;
+  }
+  if (launch.tiles_per_cta != 1 || launch.group_ctas != (n + kBN - 1) / kBN || launch.groups < 1 ||
+      (!counted && launch.group_ctas > kMaxClusterCtas)) {
+    return cudaErrorInvalidValue;
+  }
   if (rows == 0) return cudaSuccess;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
   if (counted) {
-    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_ffma_counter_bytes(rows), stream);
+    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, row_block_counter_bytes(rows), stream);
     if (zeroed != cudaSuccess) return zeroed;
   }
-  const int group = group_ctas(n);
-  const int64_t row_blocks = (rows + kBM - 1) / kBM;
-  const int fit = counted ? resident(device, transpose, 0) / group : resident(device, transpose, group);
-  const int groups = static_cast<int>(std::min<int64_t>(fit, row_blocks));
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config =
-      row_block_groups::launch_config(groups * group, kThreads, 0, counted ? 0 : group, stream, &attr);
+  const cudaLaunchConfig_t config = row_block_groups::launch_config(
+      launch.groups * launch.group_ctas, kThreads, 0, counted ? 0 : launch.group_ctas, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(transpose), x, w, bias, static_cast<int>(rows), static_cast<int>(n),
-                            counters, group);
+                            counters, launch.group_ctas);
 }
 
 }  // namespace make_inplace::kernels

@@ -1,7 +1,8 @@
 // The Hopper square matmul for 16-bit types: x[rows, n] <- x @ w (+ bias),
 // or x @ w^T with transpose, on wgmma tensor cores fed by TMA, using no
 // device memory beyond x, w and bias (cluster mode) or one counter per
-// 128-row block (counted mode).
+// 128-row block (counted mode). How many tiles each CTA computes, the group
+// size and the grid come from the routing policy (square_matmul_route.h).
 //
 // Why clusters: every result tile of a 128-row block of x reads the whole
 // block, so nothing of the block may be written back until every tile of it
@@ -15,8 +16,8 @@
 // loading, and a held tile goes from registers straight to x. Row-blocks of
 // different clusters are disjoint, so no grid-wide barrier and no global
 // counter are needed. Two tiles per CTA halve the cluster size, which packs
-// clusters into the GPCs better (an H100 fits 7 clusters of 16 CTAs, 112
-// SMs, but 15 of 8, 120), and reach rows of 8192 (32 tiles over 16 CTAs).
+// clusters into the GPCs better, and reach rows of 8192 (32 tiles over 16
+// CTAs).
 //
 // Counted mode: clusters must fit in a GPC and leave SMs idle. Given a
 // counter per row-block, a cooperative grid of plain CTAs (all resident)
@@ -28,12 +29,8 @@
 // compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
 // accumulators in registers). Shared memory: a 3-stage ring of 128 x 64
 // x-tiles and 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma
-// reads them), then the parked tile (four 128 x 64 TMA boxes).
-//
-// Tried and dropped (H100, benchmarks/notes/square_matmul_wgmma.md): two
-// tiles parked in shared memory (a 4-stage ring of 32-deep k-steps), 5-16 %
-// slower per SM; x slices multicast over the cluster, slower at every size
-// (the cluster's CTAs then wait on one another at every k-step).
+// reads them), then the parked tile (four 128 x 64 TMA boxes). Variants
+// tried and dropped are in docs/square_matmul.md.
 #include "make_inplace/kernels/square_matmul_wgmma.h"
 
 #include <cuda.h>
@@ -41,10 +38,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "make_inplace/kernels/packed_rows.cuh"
@@ -54,7 +48,8 @@
 namespace make_inplace::kernels {
 namespace {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64;  // 64 16-bit elements: one 128-byte swizzle row
+constexpr int kBM = static_cast<int>(wgmma::kRowBlock), kBN = static_cast<int>(wgmma::kColTile);
+constexpr int kBK = 64;  // 64 16-bit elements: one 128-byte swizzle row
 constexpr int kThreads = 384;
 constexpr int kStages = 3;
 constexpr int kATileBytes = kBM * kBK * 2;        // 16 KiB
@@ -63,9 +58,8 @@ constexpr int kStageBytes = kATileBytes + kBTileBytes;
 constexpr int kBoxCols = 64;                      // 128 bytes: the TMA box width along a row
 constexpr int kParkBytes = kBM * kBN * 2;         // 64 KiB
 constexpr int kSmemBytes = kStages * kStageBytes + kParkBytes + 1024 /* alignment */ + 256 /* barriers */;
-constexpr int kMaxClusterCtas = 16;               // H100/H200 non-portable maximum
-constexpr int kMaxTilesPerCta = 2;                // one parked, one held in registers
-static_assert(kSmemBytes <= 227 * 1024, "H100 shared memory per block");
+constexpr int kMaxTilesPerCta = wgmma::kMaxTilesPerCta;  // one parked, one held in registers
+static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -440,23 +434,11 @@ bool encode_map(CUtensorMap* map, ScalarKind kind, const void* base, uint64_t ro
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-constexpr int kMaxDevices = 64;
-constexpr int kVariants = 8;  // kind x weight layout x tiles per CTA
-// 1 + co-resident clusters per (device, variant, cluster size); 0: not asked yet.
-std::atomic<int> g_active_clusters[kMaxDevices][kVariants][kMaxClusterCtas + 1];
-
-int variant_index(ScalarKind kind, bool k_major, int tiles) {
-  return (kind == ScalarKind::kBFloat16 ? 4 : 0) + (k_major ? 2 : 0) + (tiles - 1);
-}
-
-// How many clusters of `ctas` CTAs of this variant fit on the device at once
-// (0: none, e.g. a cluster size the device cannot schedule). ctas = 0 asks
-// instead how many plain CTAs fit (the counted mode's cooperative grid).
+// How many clusters of `ctas` CTAs of this variant fit on the current device
+// at once (0: none, e.g. a cluster size the device cannot schedule); ctas = 0
+// asks how many plain CTAs fit (the counted mode's cooperative grid). Sets the
+// kernel's attributes on the way, so a launch of the variant finds them set.
 int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ctas) {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  std::atomic<int>& slot = g_active_clusters[device][variant_index(kind, k_major, tiles)][ctas];
-  const int known = slot.load();
-  if (known > 0) return known - 1;
   const KernelFn kernel = kernel_for(kind, k_major, tiles);
   int count = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) == cudaSuccess &&
@@ -476,110 +458,65 @@ int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ct
     }
   }
   (void)cudaGetLastError();
-  slot.store(count + 1);
   return count;
 }
 
-struct Plan {
-  int tiles = 0;     // result tiles each CTA computes per row-block
-  int ctas = 0;      // CTAs per cluster
-  int clusters = 0;  // co-resident clusters
-};
-
-// One tile per CTA (clusters of col_tiles CTAs) up to clusters of 8, else
-// two (clusters of ceil(col_tiles / 2)). Measured on an H100 (bf16): at
-// 16384 x 4096 two tiles on 15 clusters of 8 reach 607 TFLOP/s against 551
-// for one tile on 7 clusters of 16; at 40000 x 1024 one tile on 30 clusters
-// of 4 reaches 554 against 505 for two tiles on 66 clusters of 2 (each
-// row-block then ends with a wait for the cluster). If a cluster size
-// cannot be scheduled, the other choice is tried.
-// MAKE_INPLACE_WGMMA_TILES_PER_CTA=1 or 2 forces a choice (tests, sweeps).
-Plan plan_for(int device, ScalarKind kind, bool k_major, int64_t n) {
-  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA");
-  const int only = forced != nullptr ? std::atoi(forced) : 0;
-  const int preferred = only != 0 ? only : col_tiles <= 8 ? 1 : 2;
-  for (const int tiles : {preferred, 3 - preferred}) {
-    const int ctas = (col_tiles + tiles - 1) / tiles;
-    if (tiles < 1 || tiles > kMaxTilesPerCta || ctas > kMaxClusterCtas || (only != 0 && only != tiles)) continue;
-    const int clusters = active_clusters(device, kind, k_major, tiles, ctas);
-    if (clusters > 0) return {tiles, ctas, clusters};
-  }
-  return {};
-}
-
-bool device_is_sm90(int device) {
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
-}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x, const void* w,
-                                  bool transpose) {
-  if (!kBuiltForSm90a) return false;
-  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
-  if (n < 8 || n % 8 != 0 || n > int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kBN) return false;
-  if (rows < 0 || rows > (int64_t{1} << 31) - kBM) return false;
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0) return false;
+bool square_matmul_wgmma_built() { return kBuiltForSm90a; }
+
+bool square_matmul_wgmma_tensor_maps() { return tensor_map_encoder() != nullptr; }
+
+Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int tiles_per_cta) {
+  Residency r;
+  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) || tiles_per_cta < 1 ||
+      tiles_per_cta > wgmma::kMaxTilesPerCta) {
+    return r;
+  }
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return r;
   }
-  if (!device_is_sm90(device) || tensor_map_encoder() == nullptr) return false;
-  return plan_for(device, kind, transpose, n).tiles > 0;
+  r.ctas = active_clusters(device, kind, transpose, tiles_per_cta, 0);
+  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = active_clusters(device, kind, transpose, tiles_per_cta, c);
+  return r;
 }
 
-int64_t square_matmul_wgmma_counter_bytes(int64_t rows) {
-  return (rows + kBM - 1) / kBM * static_cast<int64_t>(sizeof(uint32_t));
-}
-
-cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
-                                int64_t n, bool transpose, cudaStream_t stream, uint32_t* counters) {
-  if (!square_matmul_wgmma_supports(kind, rows, n, x, w, transpose)) return cudaErrorNotSupported;
+cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
+                                bool transpose, const RowBlockLaunch& launch, uint32_t* counters,
+                                cudaStream_t stream) {
+  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) || n < 8 || n % 8 != 0 ||
+      n > wgmma::kMaxN || rows < 0 || rows > kMaxGroupRows || !aligned16(x) || !aligned16(w)) {
+    return cudaErrorNotSupported;
+  }
+  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  const bool counted = counters != nullptr;
+  if (launch.tiles_per_cta < 1 || launch.tiles_per_cta > kMaxTilesPerCta || launch.groups < 1 ||
+      launch.group_ctas < 1 || int64_t{launch.group_ctas} * launch.tiles_per_cta < col_tiles ||
+      (!counted && launch.group_ctas > kMaxClusterCtas)) {
+    return cudaErrorInvalidValue;
+  }
   if (rows == 0) return cudaSuccess;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError();
   // x is loaded and stored in 128 x 64 boxes. transpose: x @ w^T reads w's
   // rows along k (K-major, 256 x 64 boxes); otherwise x @ w reads w's rows
   // along the output columns (N-major, 64 x 64 boxes).
   CUtensorMap x_map, w_map;
+  if (tensor_map_encoder() == nullptr) return cudaErrorNotSupported;
   if (!encode_map(&x_map, kind, x, rows, n, kBM) || !encode_map(&w_map, kind, w, n, n, transpose ? kBN : kBK)) {
     return cudaErrorInvalidValue;
   }
-  const int64_t row_blocks = (rows + kBM - 1) / kBM;
-  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
-  cudaLaunchAttribute attr;
-
-  // Counted mode: groups of col_tiles CTAs (one tile each; two with
-  // MAKE_INPLACE_WGMMA_TILES_PER_CTA=2) fill every SM, where clusters must
-  // fit in a GPC and leave some idle.
-  const char* forced = std::getenv("MAKE_INPLACE_WGMMA_TILES_PER_CTA");
-  const int counted_tiles = forced != nullptr && std::atoi(forced) == 2 ? 2 : 1;
-  const int group = (col_tiles + counted_tiles - 1) / counted_tiles;
-  const int resident = counters != nullptr ? active_clusters(device, kind, transpose, counted_tiles, 0) : 0;
-  if (counters != nullptr && resident >= group) {
-    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, square_matmul_wgmma_counter_bytes(rows), stream);
+  if (counted) {
+    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, row_block_counter_bytes(rows), stream);
     if (zeroed != cudaSuccess) return zeroed;
-    const int groups = static_cast<int>(std::min<int64_t>(resident / group, row_blocks));
-    const cudaLaunchConfig_t config =
-        row_block_groups::launch_config(groups * group, kThreads, kSmemBytes, 0, stream, &attr);
-    return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, counted_tiles), x_map, w_map, x, bias, rows,
-                              static_cast<int>(n), col_tiles, counters, group);
   }
-
-  const Plan plan = plan_for(device, kind, transpose, n);
-  const int clusters = static_cast<int>(std::min<int64_t>(plan.clusters, row_blocks));
-  const cudaLaunchConfig_t config =
-      row_block_groups::launch_config(clusters * plan.ctas, kThreads, kSmemBytes, plan.ctas, stream, &attr);
-  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, plan.tiles), x_map, w_map, x, bias, rows,
-                            static_cast<int>(n), col_tiles, static_cast<uint32_t*>(nullptr), 0);
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config = row_block_groups::launch_config(
+      launch.groups * launch.group_ctas, kThreads, kSmemBytes, counted ? 0 : launch.group_ctas, stream, &attr);
+  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, launch.tiles_per_cta), x_map, w_map, x, bias, rows,
+                            static_cast<int>(n), col_tiles, counters, counted ? launch.group_ctas : 0);
 }
 
 }  // namespace make_inplace::kernels

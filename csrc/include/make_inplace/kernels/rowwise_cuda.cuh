@@ -252,4 +252,18 @@ inline bool on_chip_plan(int64_t nvec, int max_nv, int short_vecs, int* tpr, int
 // kernels take a row offset and are launched repeatedly for more.
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 
+// Calls launch(first_item, grid) for `items` items, `per_block` per CTA, in as
+// many launches as keep gridDim.x within kMaxGridX; returns the first launch
+// error.
+template <typename Launch>
+cudaError_t launch_chunks(int64_t items, int64_t per_block, Launch&& launch) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  for (int64_t b = 0; b < blocks; b += kMaxGridX) {
+    launch(b * per_block, static_cast<unsigned>(blocks - b < kMaxGridX ? blocks - b : kMaxGridX));
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace make_inplace::kernels::rowwise

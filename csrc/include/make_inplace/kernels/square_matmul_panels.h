@@ -9,12 +9,13 @@
 #include <cstdint>
 
 #include "make_inplace/kernels/scalar_kind.h"
+#include "make_inplace/square_matmul_tuning.h"
 
 namespace make_inplace::kernels {
 
 // Workspace blocks of one panel, passed by value to the kernel.
 struct PanelBlocks {
-  static constexpr int kMax = 32;
+  static constexpr int kMax = square_matmul::kMaxPanelBlocks;
   const void* ptr[kMax];
 };
 

@@ -1,45 +1,46 @@
 #pragma once
-// The Hopper (sm_90a) zero-workspace square matmul for 16-bit types:
+// The Hopper (sm_90a) in-place square matmul for 16-bit types:
 // x[rows, n] <- x @ w (+ bias), or x @ w^T with transpose, with wgmma tensor
-// cores fed by TMA, and no device memory beyond x, w and bias. A cluster of
-// CTAs owns a 128-row block of x at a time: each CTA computes some of the
-// block's 128 x 256 result tiles into shared memory, and the block is written
-// back only once every CTA of the cluster has finished reading it.
+// cores fed by TMA. Groups of CTAs own 128-row blocks of x; each CTA computes
+// 128 x 256 result tiles of its group's block, and the block is written back
+// only once every CTA of the group has finished reading it. A group is a
+// thread-block cluster (no device memory at all), or, given one counter per
+// row-block, consecutive CTAs of a cooperative grid (every SM busy, where
+// clusters, which must fit in one GPC, leave some idle).
 // Torch-free: raw pointers, sizes and a stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "make_inplace/kernels/scalar_kind.h"
+#include "make_inplace/kernels/square_matmul_geometry.h"
 
 namespace make_inplace::kernels {
 
-// Whether square_matmul_wgmma runs this case on the current device: the
-// library was built with the sm_90a kernels (MAKE_INPLACE_SM90A) and the
-// device is compute capability 9.0; kind is float16 or bfloat16; n is a
-// multiple of 8 and at most 8192 (a 128-row block of results must fit in one
-// cluster's shared memory); x and w are 16-byte aligned (TMA); rows < 2^31.
-// The first call per device and weight layout sets the kernels' attributes.
-bool square_matmul_wgmma_supports(ScalarKind kind, int64_t rows, int64_t n, const void* x,
-                                  const void* w, bool transpose);
+// Whether this library carries the sm_90a kernels (built with
+// MAKE_INPLACE_SM90A); without them the kernel never launches.
+bool square_matmul_wgmma_built();
 
-// Bytes of device memory for square_matmul_wgmma's counted mode: one
-// counter per 128-row block.
-int64_t square_matmul_wgmma_counter_bytes(int64_t rows);
+// Whether the driver can encode TMA tensor maps.
+bool square_matmul_wgmma_tensor_maps();
 
-// x, w, bias (may be null) are row-major and contiguous; w is n x n. The bias
-// is added in fp32 before rounding. Launches one kernel on `stream` and
-// returns its launch error (cudaErrorNotSupported for a case that
-// square_matmul_wgmma_supports rejects, before anything is written).
-//
-// counters null: clusters own the row-blocks (no device memory at all).
-// Otherwise square_matmul_wgmma_counter_bytes(rows) bytes of device memory,
-// which it zeroes on `stream`: a cooperative grid of plain CTAs in groups
-// that own the row-blocks and meet on per-block counters. That fills every
-// SM, where clusters, which must fit in one GPC, leave 8-20 of an H100's 132
-// idle.
-cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias,
-                                int64_t rows, int64_t n, bool transpose, cudaStream_t stream,
-                                uint32_t* counters = nullptr);
+// How many CTAs, and clusters of each size, of the variant (element type,
+// weight layout, tiles per CTA) fit at once on the current device; zeros
+// when the variant is not built. Sets the variant's kernel attributes on that
+// device, which a launch needs: call it before the first launch per device.
+Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int tiles_per_cta);
+
+// x, w, bias (may be null) are row-major and contiguous; w is n x n; kind is
+// float16 or bfloat16, n a multiple of 8 up to wgmma::kMaxN, x and w 16-byte
+// aligned, on an sm_90 device. The bias is added in fp32 before rounding.
+// `launch` as the routing policy planned it (groups of group_ctas CTAs, each
+// computing tiles_per_cta 256-column tiles). counters: null for clusters,
+// else row_block_counter_bytes(rows) bytes of device memory, zeroed here on
+// `stream`, for one cooperative grid. Launches one kernel and returns its
+// launch error (cudaErrorNotSupported or cudaErrorInvalidValue for a case
+// outside the above, before anything is written).
+cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
+                                bool transpose, const RowBlockLaunch& launch, uint32_t* counters,
+                                cudaStream_t stream);
 
 }  // namespace make_inplace::kernels

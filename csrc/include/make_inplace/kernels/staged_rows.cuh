@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "make_inplace/kernels/moments.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
+#include "make_inplace/route_override.h"
 
 namespace make_inplace::kernels::staged {
 
@@ -97,17 +97,13 @@ inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
 // A plan for rows of n elements of `elem` bytes, or false when staging does
 // not apply: rows too short, rows too long for the ring (or, where the
 // kernel can combine halves (allow_split), for two rings), a GPU older than
-// sm_90, or MAKE_INPLACE_STAGED_ROWS=0.
+// sm_90, or staging switched off (route_override.h; tests and sweeps).
 // The caller has checked that x (and every vector it reads beside it) is
 // 16-byte aligned.
 inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
   const int64_t row_bytes = n * elem;
   if (row_bytes % 16 != 0 || row_bytes < kMinRowBytes) return false;
-  static const bool disabled = [] {
-    const char* v = std::getenv("MAKE_INPLACE_STAGED_ROWS");
-    return v != nullptr && v[0] == '0';
-  }();
-  if (disabled) return false;
+  if (!route_override().staged_rows) return false;
   // The compute capability, looked up once per device (0: not yet known).
   static std::atomic<int> majors[kMaxDevices];
   int device = 0;

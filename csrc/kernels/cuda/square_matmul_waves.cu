@@ -1,5 +1,6 @@
-// The zero-workspace in-place square matmul: x[rows, n] <- x @ w (+ bias), or
-// x @ w^T with transpose, using no device memory beyond x, w and bias.
+// square_matmul_waves, the zero-workspace in-place square matmul for every GPU
+// and dtype: x[rows, n] <- x @ w (+ bias), or x @ w^T with transpose, using no
+// device memory beyond x, w and bias.
 //
 // Why waves: every output tile of a row-block reads the whole row-block of x,
 // so no tile may be written until all tiles of its row-block are computed. A
@@ -17,7 +18,7 @@
 // even when allowed: the result is then more exact than asked, never less).
 // A small tile height (16 rows) serves very wide rows, whose row-block must
 // fit in one wave's parking space, and tiny row counts.
-#include "make_inplace/kernels/square_matmul_fused.h"
+#include "make_inplace/kernels/square_matmul_waves.h"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -322,7 +323,7 @@ __device__ __forceinline__ void write_back_tile(E* x, const E* park, int64_t row
 }
 
 template <typename Ops, int BM, bool kTransB, bool kAligned>
-__global__ void __launch_bounds__(kThreads, 1) mma_wave_kernel(const WaveArgs<uint16_t> a) {
+__global__ void __launch_bounds__(kThreads, 1) square_matmul_waves_mma_kernel(const WaveArgs<uint16_t> a) {
   using Cfg = MmaCfg<BM, kTransB>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* stages = reinterpret_cast<uint16_t*>(smem);
@@ -579,7 +580,7 @@ __device__ __forceinline__ void simt_stash(T* sa, T* sb, int tid,
 }
 
 template <typename T, int TM, bool kTransB, bool kAligned>
-__global__ void __launch_bounds__(kThreads, 1) simt_wave_kernel(const WaveArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, 1) square_matmul_waves_simt_kernel(const WaveArgs<T> a) {
   using Cfg = SimtCfg<T, TM, kTransB>;
   constexpr int kRM = Cfg::kRM, kTN = Cfg::kTN;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -794,9 +795,9 @@ cudaError_t run_mma(const WaveArgs<uint16_t>& args, cudaStream_t stream) {
   using Big = MmaCfg<128, kTransB>;
   using Small = MmaCfg<16, kTransB>;
   return launch_big_or_small(
-      reinterpret_cast<const void*>(&mma_wave_kernel<Ops, 128, kTransB, kAligned>),
+      reinterpret_cast<const void*>(&square_matmul_waves_mma_kernel<Ops, 128, kTransB, kAligned>),
       Big::kPipelineBytes, Big::kParkBytes, Big::kBM,
-      reinterpret_cast<const void*>(&mma_wave_kernel<Ops, 16, kTransB, kAligned>),
+      reinterpret_cast<const void*>(&square_matmul_waves_mma_kernel<Ops, 16, kTransB, kAligned>),
       Small::kPipelineBytes, Small::kParkBytes, Small::kBM, Big::kBN, args, stream);
 }
 
@@ -812,9 +813,9 @@ cudaError_t run_simt(const WaveArgs<T>& args, cudaStream_t stream) {
   using Big = SimtCfg<T, simt_big_tm<T>(), kTransB>;
   using Small = SimtCfg<T, 1, kTransB>;
   return launch_big_or_small(
-      reinterpret_cast<const void*>(&simt_wave_kernel<T, simt_big_tm<T>(), kTransB, kAligned>),
+      reinterpret_cast<const void*>(&square_matmul_waves_simt_kernel<T, simt_big_tm<T>(), kTransB, kAligned>),
       Big::kPipelineBytes, Big::kParkBytes, Big::kBM,
-      reinterpret_cast<const void*>(&simt_wave_kernel<T, 1, kTransB, kAligned>),
+      reinterpret_cast<const void*>(&square_matmul_waves_simt_kernel<T, 1, kTransB, kAligned>),
       Small::kPipelineBytes, Small::kParkBytes, Small::kBM, Big::kBN, args, stream);
 }
 
@@ -851,51 +852,50 @@ cudaError_t dispatch_simt(void* x, const void* w, const void* bias, int64_t rows
   return aligned ? run_simt<T, false, true>(a, stream) : run_simt<T, false, false>(a, stream);
 }
 
-// The 16-row kernels hold the widest rows; support means every variant the
-// launch may pick (either layout, aligned or not) takes n.
+// The widest n a 16-row kernel takes (they hold the widest rows): a row-block
+// of ceil(n / BN) tiles must fit in one wave. 0 when it cannot run.
 template <typename Cfg, typename K>
-bool small_fits(K kernel, int64_t n) {
+int64_t small_max_width(K kernel) {
   KernelInfo info;
-  return kernel_info(reinterpret_cast<const void*>(kernel), Cfg::kPipelineBytes, Cfg::kParkBytes,
-                     &info) == cudaSuccess &&
-         fits(info, n, Cfg::kBN);
+  if (kernel_info(reinterpret_cast<const void*>(kernel), Cfg::kPipelineBytes, Cfg::kParkBytes, &info) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(info.coresident) * info.tiles_per_cta * Cfg::kBN;
 }
 
+// Every variant the launch may pick (either layout, aligned or not) must take n.
 template <typename Ops>
-bool mma_supports(int64_t n) {
-  return small_fits<MmaCfg<16, false>>(&mma_wave_kernel<Ops, 16, false, false>, n) &&
-         small_fits<MmaCfg<16, false>>(&mma_wave_kernel<Ops, 16, false, true>, n) &&
-         small_fits<MmaCfg<16, true>>(&mma_wave_kernel<Ops, 16, true, false>, n) &&
-         small_fits<MmaCfg<16, true>>(&mma_wave_kernel<Ops, 16, true, true>, n);
+int64_t mma_max_width() {
+  return std::min({small_max_width<MmaCfg<16, false>>(&square_matmul_waves_mma_kernel<Ops, 16, false, false>),
+                   small_max_width<MmaCfg<16, false>>(&square_matmul_waves_mma_kernel<Ops, 16, false, true>),
+                   small_max_width<MmaCfg<16, true>>(&square_matmul_waves_mma_kernel<Ops, 16, true, false>),
+                   small_max_width<MmaCfg<16, true>>(&square_matmul_waves_mma_kernel<Ops, 16, true, true>)});
 }
 
 template <typename T>
-bool simt_supports(int64_t n) {
-  return small_fits<SimtCfg<T, 1, false>>(&simt_wave_kernel<T, 1, false, false>, n) &&
-         small_fits<SimtCfg<T, 1, false>>(&simt_wave_kernel<T, 1, false, true>, n) &&
-         small_fits<SimtCfg<T, 1, true>>(&simt_wave_kernel<T, 1, true, false>, n) &&
-         small_fits<SimtCfg<T, 1, true>>(&simt_wave_kernel<T, 1, true, true>, n);
+int64_t simt_max_width() {
+  return std::min({small_max_width<SimtCfg<T, 1, false>>(&square_matmul_waves_simt_kernel<T, 1, false, false>),
+                   small_max_width<SimtCfg<T, 1, false>>(&square_matmul_waves_simt_kernel<T, 1, false, true>),
+                   small_max_width<SimtCfg<T, 1, true>>(&square_matmul_waves_simt_kernel<T, 1, true, false>),
+                   small_max_width<SimtCfg<T, 1, true>>(&square_matmul_waves_simt_kernel<T, 1, true, true>)});
 }
 
 }  // namespace
 
-bool square_matmul_fused_supports(ScalarKind kind, int64_t n) {
-  if (n < 1) return false;
+int64_t square_matmul_waves_max_width(ScalarKind kind) {
   switch (kind) {
-    case ScalarKind::kBFloat16: return mma_supports<Bf16Ops>(n);
-    case ScalarKind::kFloat16: return mma_supports<Fp16Ops>(n);
-    case ScalarKind::kFloat32: return simt_supports<float>(n);
-    case ScalarKind::kFloat64: return simt_supports<double>(n);
+    case ScalarKind::kBFloat16: return mma_max_width<Bf16Ops>();
+    case ScalarKind::kFloat16: return mma_max_width<Fp16Ops>();
+    case ScalarKind::kFloat32: return simt_max_width<float>();
+    case ScalarKind::kFloat64: return simt_max_width<double>();
   }
-  return false;
+  return 0;
 }
 
-cudaError_t square_matmul_fused(ScalarKind kind, void* x, const void* w, const void* bias,
-                                int64_t rows, int64_t n, bool transpose, bool allow_tf32,
-                                cudaStream_t stream) {
-  // allow_tf32 permits TF32 rounding; the FFMA path is exact fp32, which
-  // honours the permission (torch's default is to deny it anyway).
-  (void)allow_tf32;
+cudaError_t square_matmul_waves(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
+                                int64_t n, bool transpose, cudaStream_t stream) {
   if (rows < 0 || n < 1) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   switch (kind) {

@@ -1,0 +1,118 @@
+// The private ops over the routing policy, in every build (no GPU needed):
+//  * _square_matmul_route: the policy's plan for a call described by its
+//    shape, dtype, layout facts and device facts (tests and docs/routing.md);
+//  * _set_route_override / _route_override: the one switch that forces a
+//    route (make_inplace._testing.forced_route).
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+
+#include "make_inplace/route_override.h"
+#include "make_inplace/square_matmul_route.h"
+#include "make_inplace/torch_kinds.h"
+
+namespace make_inplace {
+namespace {
+
+using square_matmul::Forced;
+
+Forced parse_forced_or_throw(const std::string& name) {
+  Forced forced = Forced::kNone;
+  TORCH_CHECK(square_matmul::parse_forced(name, &forced), "square_matmul route must be one of ",
+              square_matmul::forced_names(), ", got '", name, "'");
+  return forced;
+}
+
+void check_tiles_per_cta(int64_t tiles_per_cta) {
+  TORCH_CHECK(tiles_per_cta >= 0 && tiles_per_cta <= kernels::wgmma::kMaxTilesPerCta,
+              "tiles_per_cta must be 0 (the policy's choice), 1 or 2, got ", tiles_per_cta);
+}
+
+kernels::Residency residency(int64_t ctas, c10::IntArrayRef clusters, const char* name) {
+  TORCH_CHECK(ctas >= 0, name, "_ctas must be >= 0, got ", ctas);
+  TORCH_CHECK(static_cast<int64_t>(clusters.size()) <= kernels::kMaxClusterCtas + 1, name,
+              "_clusters holds clusters per size 0..", kernels::kMaxClusterCtas, ", got ", clusters.size(),
+              " entries");
+  kernels::Residency r;
+  r.ctas = static_cast<int>(ctas);
+  for (size_t c = 1; c < clusters.size(); ++c) {
+    TORCH_CHECK(clusters[c] >= 0, name, "_clusters must be >= 0, got ", clusters);
+    r.clusters[c] = static_cast<int>(clusters[c]);
+  }
+  return r;
+}
+
+using PlanTuple = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+
+PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, c10::string_view device,
+                              bool transpose, std::optional<int64_t> workspace_bytes, bool x_aligned,
+                              bool weight_aligned, bool bias_aligned, bool allow_tf32, int64_t capability_major,
+                              int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
+                              c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
+                              int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
+                              bool panels_batched) {
+  TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
+  TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
+  TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
+              workspace_bytes.value_or(0));
+  check_tiles_per_cta(tiles_per_cta);
+  square_matmul::Call call;
+  call.rows = rows;
+  call.n = n;
+  call.kind = scalar_kind(dtype);
+  call.transpose = transpose;
+  call.x_aligned16 = x_aligned;
+  call.w_aligned16 = weight_aligned;
+  call.bias_aligned16 = bias_aligned;
+  call.workspace_bound =
+      square_matmul::workspace_bound(rows * n * kernels::element_size(call.kind), workspace_bytes);
+  call.allow_tf32 = allow_tf32;
+  square_matmul::Device d;
+  if (device == "cuda") {
+    d.cuda = true;
+    d.major = static_cast<int>(capability_major);
+    d.minor = static_cast<int>(capability_minor);
+    d.sm90a_built = sm90a;
+    d.tensor_maps = tensor_maps;
+    // The same residency for both tiles-per-CTA variants (same threads and shared memory).
+    d.wgmma[0] = d.wgmma[1] = residency(wgmma_ctas, wgmma_clusters, "wgmma");
+    d.ffma = residency(ffma_ctas, ffma_clusters, "ffma");
+    d.waves_max_width = waves_max_width;
+  }
+  square_matmul::Override o;
+  o.route = parse_forced_or_throw(std::string(forced));
+  o.tiles_per_cta = static_cast<int>(tiles_per_cta);
+  o.panels_batched = panels_batched;
+  const square_matmul::Plan p = square_matmul::plan(call, d, o);
+  TORCH_CHECK(p.route != square_matmul::Route::kUnsupported, square_matmul::unsupported_message(call));
+  return {square_matmul::route_name(p.route), p.groups.tiles_per_cta, p.groups.group_ctas, p.groups.groups,
+          p.counter_bytes, p.panels.blocks, p.panels.rows_per_block, p.panels.block_bytes, p.panels.batched};
+}
+
+void set_route_override_op(c10::string_view square_matmul_route, int64_t tiles_per_cta, bool panels_batched,
+                           bool staged_rows) {
+  check_tiles_per_cta(tiles_per_cta);
+  RouteOverride o;
+  o.square_matmul.route = parse_forced_or_throw(std::string(square_matmul_route));
+  o.square_matmul.tiles_per_cta = static_cast<int>(tiles_per_cta);
+  o.square_matmul.panels_batched = panels_batched;
+  o.staged_rows = staged_rows;
+  set_route_override(o);
+}
+
+std::tuple<std::string, int64_t, bool, bool> route_override_op() {
+  const RouteOverride o = route_override();
+  return {square_matmul::forced_name(o.square_matmul.route), o.square_matmul.tiles_per_cta,
+          o.square_matmul.panels_batched, o.staged_rows};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(make_inplace, CompositeExplicitAutograd, m) {
+  m.impl("_square_matmul_route", &square_matmul_route_op);
+  m.impl("_set_route_override", &set_route_override_op);
+  m.impl("_route_override", &route_override_op);
+}
+
+}  // namespace make_inplace

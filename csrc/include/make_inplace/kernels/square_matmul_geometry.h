@@ -1,0 +1,56 @@
+#pragma once
+// The shapes of the in-place square matmul kernels that the routing policy
+// reasons about, and the launch facts passed between policy and kernels.
+// Plain C++ (no CUDA, no torch): the policy is compiled in every build.
+#include <array>
+#include <cstdint>
+
+namespace make_inplace::kernels {
+
+// Largest thread-block cluster the H100/H200 can schedule (non-portable size).
+constexpr int kMaxClusterCtas = 16;
+
+// Hopper wgmma kernel: groups of CTAs own 128-row blocks; each CTA computes
+// 128 x 256 result tiles, one parked in shared memory and one in registers.
+namespace wgmma {
+constexpr int64_t kRowBlock = 128;
+constexpr int64_t kColTile = 256;
+constexpr int kMaxTilesPerCta = 2;
+// A row-block of results must fit in one cluster: 16 CTAs x 2 tiles x 256.
+constexpr int64_t kMaxN = int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kColTile;
+}  // namespace wgmma
+
+// fp32 FFMA kernel: groups of CTAs own 128-row blocks, one 128 x 128 tile each.
+namespace ffma {
+constexpr int64_t kRowBlock = 128;
+constexpr int64_t kColTile = 128;
+}  // namespace ffma
+
+// Both group kernels index rows with int and stop one row-block short of 2^31.
+constexpr int64_t kMaxGroupRows = (int64_t{1} << 31) - 128;
+
+// Bytes of the per-row-block counters of a counted launch (one uint32 each).
+constexpr int64_t row_block_counter_bytes(int64_t rows) {
+  return (rows + 127) / 128 * static_cast<int64_t>(sizeof(uint32_t));
+}
+
+// How many blocks of one kernel variant fit on a device at once: plain CTAs
+// of a cooperative grid, and clusters of each size. Zeros where the variant
+// cannot run (no cooperative launch, no clusters before sm_90, ...).
+struct Residency {
+  int ctas = 0;
+  std::array<int, kMaxClusterCtas + 1> clusters{};  // [c]: clusters of c CTAs; [0] unused
+};
+
+// A launch of a group kernel (wgmma, FFMA) as the policy planned it:
+// `groups` groups of `group_ctas` CTAs, each CTA computing `tiles_per_cta`
+// result tiles of the row-block its group owns. A counted launch (counters
+// given) is one cooperative grid whose groups meet on per-row-block counters;
+// otherwise each group is a thread-block cluster.
+struct RowBlockLaunch {
+  int tiles_per_cta = 0;
+  int group_ctas = 0;
+  int groups = 0;
+};
+
+}  // namespace make_inplace::kernels

@@ -1,0 +1,50 @@
+#pragma once
+// square_matmul_'s tuning constants and the allocator facts its workspace
+// plan relies on, all in one place. The measurements behind each value are in
+// docs/square_matmul.md; the policy that uses them in square_matmul_route.h.
+#include <cstdint>
+
+namespace make_inplace::square_matmul {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// ---- The workspace bound (workspace_bytes=None)
+constexpr int64_t kDefaultWorkspaceCap = 64 * kMiB;  // at most 64 MiB ...
+constexpr int64_t kDefaultWorkspaceFraction = 16;    // ... and at most 1/16 of x
+
+// ---- CUDA caching allocator facts (c10 AllocatorConfig.h: kSmallSize,
+// kSmallBuffer, kMinLargeAlloc, kLargeBuffer, kRoundLarge). Requests up to
+// 1 MiB share 2 MiB segments, 1-10 MiB requests get a 20 MiB segment, and from
+// 10 MiB up requests are rounded to 2 MiB. The workspace plan keeps the memory
+// *reserved* on a cold allocator within the bound.
+constexpr int64_t kSmallBlockBytes = kMiB;        // the largest small-pool request
+constexpr int64_t kSmallSegmentBytes = 2 * kMiB;  // what the small pool reserves at once
+constexpr int64_t kOneBufferMinBound = 10 * kMiB; // from here one buffer stays within the bound ...
+constexpr int64_t kLargeRoundBytes = 2 * kMiB;    // ... when rounded down to 2 MiB
+// Block 0 of the small blocks keeps cuBLAS's device pointer arrays in its
+// last bytes (an allocation of their own would cost a segment).
+constexpr int64_t kPointerTailBytes = 4096;
+// Workspace blocks of one panel (the copy kernel takes them by value).
+constexpr int kMaxPanelBlocks = 32;
+
+// ---- Routing thresholds (H100 measurements, docs/square_matmul.md)
+// A panel needs this many 128 x 128 result tiles for cuBLAS to fill the GPU.
+constexpr int64_t kMinPanelTiles = 96;
+// The waves kernel's speed as a share of cuBLAS's: small-block panels that keep
+// a smaller share of cuBLAS's 128-row tiles busy lose to it.
+constexpr double kWavesShareOfCublas16Bit = 0.3;
+constexpr double kWavesShareOfCublasOther = 0.5;
+// The wgmma kernel needs this many 128 x 256 result tiles to fill the GPU.
+constexpr int64_t kWgmmaMinTiles = 128;
+// Up to this many 256-column tiles a wgmma CTA computes one tile, else two.
+constexpr int64_t kWgmmaOneTileMaxColTiles = 8;
+// The FFMA kernel needs this many 128 x 128 result tiles to beat the other
+// routes: counted (every CTA resident) and in clusters (fewer fit at once).
+constexpr int64_t kFfmaCountedMinTiles = 256;
+constexpr int64_t kFfmaClusterMinTiles = 512;
+// From this width fp32 keeps cuBLAS's panels when their buffer is contiguous.
+constexpr int64_t kFfmaPanelsFromN = 4096;
+// CPU: panels of fewer rows lose to the row kernel (GEMM threading overhead).
+constexpr int64_t kCpuMinPanelRows = 128;
+
+}  // namespace make_inplace::square_matmul

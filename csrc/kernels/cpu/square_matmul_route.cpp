@@ -1,0 +1,258 @@
+// square_matmul_'s routing policy (see square_matmul_route.h and
+// docs/routing.md). Torch-free and query-free: compiled into every build, so
+// CPU-only CI tests the CUDA routing over tables of calls and device facts.
+#include "make_inplace/square_matmul_route.h"
+
+#include <algorithm>
+
+#include "make_inplace/square_matmul_tuning.h"
+
+namespace make_inplace::square_matmul {
+namespace {
+
+using kernels::RowBlockLaunch;
+using kernels::ScalarKind;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Named {
+  Forced forced;
+  const char* name;
+};
+constexpr Named kForcedNames[] = {
+    {Forced::kNone, ""},
+    {Forced::kWgmma, "wgmma"},
+    {Forced::kWgmmaCounted, "wgmma_counted"},
+    {Forced::kWgmmaClusters, "wgmma_clusters"},
+    {Forced::kFfma, "ffma"},
+    {Forced::kFfmaCounted, "ffma_counted"},
+    {Forced::kFfmaClusters, "ffma_clusters"},
+    {Forced::kPanels, "panels"},
+    {Forced::kWaves, "waves"},
+};
+
+// Whether cuBLAS's panels beat the waves kernel: a panel must fill the GPU
+// (or hold all of x at once), and small blocks must keep enough of cuBLAS's
+// 128-row tiles busy (a block of r rows keeps about r / (128 ceil(r / 128))).
+bool panels_pay(const PanelPlan& p, int64_t rows, int64_t n, int element_size) {
+  if (p.rows_per_block < 1) return false;
+  const bool fills_gpu = p.panel_rows() * n >= kMinPanelTiles * 128 * 128 || p.panel_rows() >= rows;
+  const int64_t tile_rows = ceil_div(p.rows_per_block, 128) * 128;
+  const double share = element_size == 2 ? kWavesShareOfCublas16Bit : kWavesShareOfCublasOther;
+  const bool tiles_busy = !p.small_blocks || static_cast<double>(p.rows_per_block) / tile_rows >= share;
+  return fills_gpu && tiles_busy;
+}
+
+Plan panel_plan(const PanelPlan& panels) {
+  Plan p;
+  p.route = panels.small_blocks ? Route::kPanelsSmallBlocks : Route::kPanelsOneBuffer;
+  p.panels = panels;
+  return p;
+}
+
+// The wgmma kernel's cluster plan: one tile per CTA up to 8 column tiles,
+// else two (clusters half as large pack the GPCs better); the other choice
+// when the preferred cluster size cannot be scheduled. `only` (1 or 2, from
+// an override) allows that choice alone.
+bool wgmma_clusters(const Call& c, const Device& d, int only, RowBlockLaunch* out) {
+  const int64_t col_tiles = ceil_div(c.n, kernels::wgmma::kColTile);
+  const int preferred = only != 0 ? only : col_tiles <= kWgmmaOneTileMaxColTiles ? 1 : 2;
+  for (const int tiles : {preferred, 3 - preferred}) {
+    if (tiles < 1 || tiles > kernels::wgmma::kMaxTilesPerCta || (only != 0 && only != tiles)) continue;
+    const int64_t ctas = ceil_div(col_tiles, tiles);
+    if (ctas > kernels::kMaxClusterCtas) continue;
+    const int clusters = d.wgmma[tiles - 1].clusters[ctas];
+    if (clusters > 0) {
+      const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+      *out = {tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, row_blocks))};
+      return true;
+    }
+  }
+  return false;
+}
+
+// The wgmma kernel in `mode` (kNone or kWgmma: counters when the bound has
+// room for them and the groups fit at once, else clusters). The kernel takes
+// 16-bit types on sm_90 built for sm_90a, n a multiple of 8 up to 8192 (a
+// row-block of results in one cluster), 16-byte aligned x and W (TMA), and
+// only widths with a cluster plan.
+bool plan_wgmma(const Call& c, const Device& d, int only_tiles, Forced mode, Plan* out) {
+  const bool runs = d.cuda && d.sm90a_built && d.tensor_maps && d.major == 9 && d.minor == 0 &&
+                    (c.kind == ScalarKind::kFloat16 || c.kind == ScalarKind::kBFloat16) && c.n >= 8 &&
+                    c.n % 8 == 0 && c.n <= kernels::wgmma::kMaxN && c.rows <= kernels::kMaxGroupRows &&
+                    c.x_aligned16 && c.w_aligned16;
+  RowBlockLaunch clusters;
+  if (!runs || !wgmma_clusters(c, d, only_tiles, &clusters)) return false;
+  const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
+  if (mode != Forced::kWgmmaClusters && counters_fit(c.workspace_bound, counter_bytes)) {
+    // Counted: groups of ceil(col_tiles / tiles) plain CTAs, every SM busy.
+    const int tiles = only_tiles == 2 ? 2 : 1;
+    const int64_t group = ceil_div(ceil_div(c.n, kernels::wgmma::kColTile), tiles);
+    const int resident = d.wgmma[tiles - 1].ctas;
+    if (resident >= group) {
+      const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+      out->route = Route::kWgmmaCounted;
+      out->groups = {tiles, static_cast<int>(group), static_cast<int>(std::min<int64_t>(resident / group, row_blocks))};
+      out->counter_bytes = counter_bytes;
+      return true;
+    }
+  }
+  if (mode == Forced::kWgmmaCounted) return false;
+  out->route = Route::kWgmmaClusters;
+  out->groups = clusters;
+  out->counter_bytes = 0;
+  return true;
+}
+
+// The FFMA kernel, counted or in clusters. It takes fp32 without TF32 (with
+// TF32 allowed cuBLAS's TF32 is faster), n a multiple of 4 and 16-byte
+// aligned x, W and bias (16-byte loads), and groups of ceil(n / 128) CTAs that
+// fit at once: in the cooperative grid, or in one cluster (sm_90, n <= 2048).
+bool plan_ffma(const Call& c, const Device& d, bool counted, Plan* out) {
+  if (!d.cuda || c.kind != ScalarKind::kFloat32 || c.allow_tf32) return false;
+  if (c.n < 4 || c.n % 4 != 0 || c.rows > kernels::kMaxGroupRows) return false;
+  if (!c.x_aligned16 || !c.w_aligned16 || !c.bias_aligned16) return false;
+  const int64_t group = ceil_div(c.n, kernels::ffma::kColTile);
+  int64_t fit = 0;
+  if (counted) {
+    fit = d.ffma.ctas >= group ? d.ffma.ctas / group : 0;
+  } else if (group <= kernels::kMaxClusterCtas && d.major >= 9) {
+    fit = d.ffma.clusters[group];
+  }
+  if (fit < 1) return false;
+  const int64_t row_blocks = ceil_div(c.rows, kernels::ffma::kRowBlock);
+  out->route = counted ? Route::kFfmaCounted : Route::kFfmaClusters;
+  out->groups = {1, static_cast<int>(group), static_cast<int>(std::min(fit, row_blocks))};
+  out->counter_bytes = counted ? kernels::row_block_counter_bytes(c.rows) : 0;
+  return true;
+}
+
+Plan plan_cpu(const Call& c, int64_t row_bytes) {
+  // Panels of a few rows turn into many tiny GEMM calls whose threading
+  // overhead dominates; the row kernel is faster there and uses less memory.
+  const int64_t panel_rows = std::min(c.rows, c.workspace_bound / row_bytes);
+  Plan p;
+  if (panel_rows < std::min(c.rows, kCpuMinPanelRows)) {
+    p.route = Route::kCpuRows;
+    return p;
+  }
+  p.route = Route::kCpuPanels;
+  p.panels.blocks = 1;
+  p.panels.rows_per_block = panel_rows;
+  p.panels.block_bytes = panel_rows * row_bytes;
+  return p;
+}
+
+}  // namespace
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::kEmpty: return "empty";
+    case Route::kUnsupported: return "unsupported";
+    case Route::kWgmmaCounted: return "wgmma_counted";
+    case Route::kWgmmaClusters: return "wgmma_clusters";
+    case Route::kFfmaCounted: return "ffma_counted";
+    case Route::kFfmaClusters: return "ffma_clusters";
+    case Route::kPanelsSmallBlocks: return "panels_small_blocks";
+    case Route::kPanelsOneBuffer: return "panels_one_buffer";
+    case Route::kWaves: return "waves";
+    case Route::kCpuRows: return "cpu_rows";
+    case Route::kCpuPanels: return "cpu_panels";
+  }
+  return "?";
+}
+
+bool parse_forced(const std::string& name, Forced* out) {
+  for (const Named& entry : kForcedNames) {
+    if (name == entry.name) {
+      *out = entry.forced;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* forced_name(Forced forced) {
+  for (const Named& entry : kForcedNames) {
+    if (entry.forced == forced) return entry.name;
+  }
+  return "?";
+}
+
+const char* forced_names() {
+  return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'ffma', 'ffma_counted', 'ffma_clusters', "
+         "'panels', 'waves'";
+}
+
+Plan plan(const Call& c, const Device& d, const Override& o) {
+  Plan p;
+  if (c.rows <= 0) return p;  // Route::kEmpty
+  const int element_size = kernels::element_size(c.kind);
+  const int64_t row_bytes = c.n * element_size;
+  if (!d.cuda) return plan_cpu(c, row_bytes);
+
+  PanelPlan panels = plan_panels(c.workspace_bound, row_bytes, c.rows);
+  panels.batched = panels.batched && o.panels_batched;
+  const bool waves_run = c.n <= d.waves_max_width;
+  const bool counters = counters_fit(c.workspace_bound, kernels::row_block_counter_bytes(c.rows));
+
+  // A forced route runs wherever it can.
+  switch (o.route) {
+    case Forced::kWgmma:
+    case Forced::kWgmmaCounted:
+    case Forced::kWgmmaClusters:
+      if (plan_wgmma(c, d, o.tiles_per_cta, o.route, &p)) return p;
+      break;
+    case Forced::kFfma:
+    case Forced::kFfmaCounted:
+    case Forced::kFfmaClusters: {
+      const bool counted = o.route == Forced::kFfma ? counters : o.route == Forced::kFfmaCounted;
+      if ((counters || !counted) && plan_ffma(c, d, counted, &p)) return p;
+      break;
+    }
+    case Forced::kPanels:
+      if (panels.rows_per_block >= 1) return panel_plan(panels);
+      break;
+    case Forced::kWaves:
+      if (waves_run) {
+        p.route = Route::kWaves;
+        return p;
+      }
+      break;
+    case Forced::kNone: break;
+  }
+
+  // The wgmma kernel whenever it takes the case and has the tiles to fill the
+  // GPU, whatever the bound: it needs at most its counters, and beats panels.
+  const int64_t wgmma_tiles = ceil_div(c.rows, kernels::wgmma::kRowBlock) * ceil_div(c.n, kernels::wgmma::kColTile);
+  if (wgmma_tiles >= kWgmmaMinTiles && plan_wgmma(c, d, o.tiles_per_cta, Forced::kNone, &p)) return p;
+
+  // fp32 without TF32: cuBLAS's SGEMM would run only on one-wave panels; the
+  // FFMA kernel runs the whole product in place. From n = 4096 a contiguous
+  // panel buffer keeps cuBLAS ahead (the copy then weighs 1/n of the GEMM).
+  const int64_t ffma_tiles = ceil_div(c.rows, kernels::ffma::kRowBlock) * ceil_div(c.n, kernels::ffma::kColTile);
+  const bool panels_ahead = c.n >= kFfmaPanelsFromN && !panels.small_blocks &&
+                            panels_pay(panels, c.rows, c.n, kernels::element_size(ScalarKind::kFloat32));
+  if (ffma_tiles >= (counters ? kFfmaCountedMinTiles : kFfmaClusterMinTiles) && !panels_ahead &&
+      plan_ffma(c, d, counters, &p)) {
+    return p;
+  }
+
+  // Panels when they fill the GPU, or when the waves kernel cannot take n.
+  if (panels.rows_per_block >= 1 && (panels_pay(panels, c.rows, c.n, element_size) || !waves_run)) {
+    return panel_plan(panels);
+  }
+  p.route = waves_run ? Route::kWaves : Route::kUnsupported;
+  return p;
+}
+
+std::string unsupported_message(const Call& c) {
+  const int64_t row_bytes = c.n * kernels::element_size(c.kind);
+  return "square_matmul_: x's width n = " + std::to_string(c.n) +
+         " is too wide for the zero-workspace kernel on this GPU, and a workspace bound of " +
+         std::to_string(c.workspace_bound) + " bytes holds no panel (at least " +
+         std::to_string(kSmallSegmentBytes) + " bytes and one row of " + std::to_string(row_bytes) +
+         " bytes); pass a larger workspace_bytes";
+}
+
+}  // namespace make_inplace::square_matmul

@@ -1,0 +1,143 @@
+"""Private hooks for tests and sweeps; not part of the public API.
+
+- ``forced_route``: force square_matmul_'s kernel route (or switch off the
+  staged-rows kernels of softmax_/layer_norm_) for a block of code.
+- ``square_matmul_route``: the routing policy's plan for a call described by
+  its shape, dtype, layout and device facts; runs without a GPU.
+
+docs/routing.md describes the routes, the policy's rules and these hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, NamedTuple, Sequence
+
+import torch
+
+from . import _loader
+
+_loader.load()
+
+# Names forced_route accepts for square_matmul_: a family (the policy picks
+# the mode) or one mode of it.
+FORCED_ROUTES = (
+    "wgmma",
+    "wgmma_counted",
+    "wgmma_clusters",
+    "ffma",
+    "ffma_counted",
+    "ffma_clusters",
+    "panels",
+    "waves",
+)
+
+
+@contextlib.contextmanager
+def forced_route(
+    route: str | None = None,
+    *,
+    tiles_per_cta: int | None = None,
+    panels_batched: bool = True,
+    staged_rows: bool = True,
+) -> Iterator[None]:
+    """Forces kernel choices inside the block, then restores what was set before.
+
+    Args:
+        route: a square_matmul_ route from FORCED_ROUTES. It runs wherever it can
+            run the call (dtype, alignment, GPU, workspace bound), whatever the
+            policy's size thresholds; where it cannot, the policy decides.
+        tiles_per_cta: the wgmma kernel's 256-column tiles per CTA (1 or 2);
+            None lets the policy choose.
+        panels_batched: False runs the panel route's GEMMs one workspace block
+            at a time instead of one batched call per panel.
+        staged_rows: False keeps softmax_ and layer_norm_ off their staged-rows
+            (shared-memory ring) kernels.
+
+    The switch is process-wide (not per thread): for tests and sweeps only.
+    """
+    previous = torch.ops.make_inplace._route_override()
+    torch.ops.make_inplace._set_route_override(route or "", tiles_per_cta or 0, panels_batched, staged_rows)
+    try:
+        yield
+    finally:
+        torch.ops.make_inplace._set_route_override(*previous)
+
+
+class DeviceFacts(NamedTuple):
+    """What the policy knows of a CUDA device (the binding asks the device)."""
+
+    capability: tuple[int, int] = (9, 0)
+    sm90a: bool = True  # the library carries the sm_90a (wgmma) kernels
+    tensor_maps: bool = True  # the driver can encode TMA tensor maps
+    wgmma_ctas: int = 0  # wgmma CTAs resident at once in a cooperative grid
+    wgmma_clusters: Sequence[int] = ()  # [c]: wgmma clusters of c CTAs resident at once
+    ffma_ctas: int = 0
+    ffma_clusters: Sequence[int] = ()
+    waves_max_width: int = 0  # widest n the waves kernel takes for the call's dtype
+
+
+class RoutePlan(NamedTuple):
+    """The policy's plan: the route and what its launch or workspace needs."""
+
+    route: str
+    tiles_per_cta: int  # wgmma/FFMA: result tiles per CTA per row-block
+    group_ctas: int  # wgmma/FFMA: CTAs per group (cluster size in cluster modes)
+    groups: int  # wgmma/FFMA: groups launched
+    counter_bytes: int  # counted modes: one 4-byte counter per 128-row block
+    panel_blocks: int  # panel routes: workspace blocks per panel
+    panel_rows_per_block: int
+    panel_block_bytes: int
+    panels_batched: bool
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Device memory the route allocates."""
+        return self.counter_bytes + self.panel_blocks * self.panel_block_bytes
+
+
+def square_matmul_route(
+    rows: int,
+    n: int,
+    dtype: torch.dtype,
+    *,
+    device: DeviceFacts | None = None,
+    transpose: bool = False,
+    workspace_bytes: int | None = None,
+    x_aligned: bool = True,
+    weight_aligned: bool = True,
+    bias_aligned: bool = True,
+    allow_tf32: bool = False,
+    forced: str | None = None,
+    tiles_per_cta: int | None = None,
+    panels_batched: bool = True,
+) -> RoutePlan:
+    """The plan square_matmul_ follows for x of shape (rows, n) on ``device``
+    (None: the CPU). Raises RuntimeError where square_matmul_ would (a width too
+    wide for the zero-workspace kernel with no room for a panel)."""
+    facts = device or DeviceFacts()
+    result = torch.ops.make_inplace._square_matmul_route(
+        rows,
+        n,
+        dtype,
+        device="cpu" if device is None else "cuda",
+        transpose=transpose,
+        workspace_bytes=workspace_bytes,
+        x_aligned=x_aligned,
+        weight_aligned=weight_aligned,
+        bias_aligned=bias_aligned,
+        allow_tf32=allow_tf32,
+        capability_major=facts.capability[0],
+        capability_minor=facts.capability[1],
+        sm90a=facts.sm90a,
+        tensor_maps=facts.tensor_maps,
+        wgmma_ctas=facts.wgmma_ctas,
+        wgmma_clusters=list(facts.wgmma_clusters),
+        ffma_ctas=facts.ffma_ctas,
+        ffma_clusters=list(facts.ffma_clusters),
+        waves_max_width=facts.waves_max_width,
+        forced=forced or "",
+        tiles_per_cta=tiles_per_cta or 0,
+        panels_batched=panels_batched,
+    )
+    return RoutePlan(*result)

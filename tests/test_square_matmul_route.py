@@ -1,0 +1,290 @@
+"""square_matmul_'s routing policy, on CPU: which kernel runs for every kind of call,
+over tables of calls and device facts (no GPU needed), and the forced-route switch.
+
+The device facts below model real GPUs: residency (blocks that fit at once) comes
+from SM counts and GPC sizes. The policy takes them as given, so the tests check
+its rules, not the model; the CUDA tests check the kernels on a real GPU.
+"""
+
+import pytest
+import torch
+
+from make_inplace._testing import FORCED_ROUTES, DeviceFacts, forced_route, square_matmul_route
+
+MiB = 1 << 20
+F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+
+
+def clusters(gpc_sms, ctas_per_sm):
+    """Clusters of c CTAs that fit at once, c = 0..16: a cluster lives in one GPC."""
+    return [0] + [sum(ctas_per_sm * sms // c for sms in gpc_sms) for c in range(1, 17)]
+
+
+def waves_width(dtype):
+    # The widest rows the zero-workspace kernel takes on an H100 (its header's figures).
+    return {F16: 640_000, BF16: 640_000, F32: 420_000, F64: 200_000}.get(dtype, 0)
+
+
+# An H100 SXM: 132 SMs in 8 GPCs (7 clusters of 16 CTAs fit, 15 of 8); the wgmma
+# kernel fits 1 CTA per SM, the FFMA kernel 2.
+H100_GPCS = [16, 16, 18, 18, 18, 18, 18, 10]
+
+
+def h100(dtype, **changes):
+    facts = DeviceFacts(
+        capability=(9, 0),
+        wgmma_ctas=132,
+        wgmma_clusters=clusters(H100_GPCS, 1),
+        ffma_ctas=264,
+        ffma_clusters=clusters(H100_GPCS, 2),
+        waves_max_width=waves_width(dtype),
+    )
+    return facts._replace(**changes)
+
+
+def a100(dtype, **changes):
+    # sm_80: no clusters, no wgmma; 108 SMs.
+    facts = DeviceFacts(capability=(8, 0), sm90a=True, wgmma_ctas=0, ffma_ctas=216, waves_max_width=waves_width(dtype))
+    return facts._replace(**changes)
+
+
+def route(rows, n, dtype, device="h100", **kwargs):
+    facts = {"h100": h100, "a100": a100}[device](dtype, **kwargs.pop("facts", {})) if device != "cpu" else None
+    return square_matmul_route(rows, n, dtype, device=facts, **kwargs)
+
+
+# (id, rows, n, dtype, device, call keywords, expected route, expected plan fields)
+CASES = [
+    # ---- the Hopper wgmma kernel: 16-bit, sm_90 built for sm_90a, 128+ tiles of 128 x 256
+    ("wgmma counted by default", 40000, 1024, BF16, "h100", {}, "wgmma_counted",
+     dict(tiles_per_cta=1, group_ctas=4, groups=33, counter_bytes=313 * 4)),
+    ("wgmma clusters with no workspace", 40000, 1024, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(tiles_per_cta=1, group_ctas=4, groups=30, counter_bytes=0)),
+    ("wgmma counters need a 2 MiB bound", 40000, 1024, F16, "h100", dict(workspace_bytes=2 * MiB - 1),
+     "wgmma_clusters", {}),
+    ("wgmma counters at a 2 MiB bound", 40000, 1024, F16, "h100", dict(workspace_bytes=2 * MiB), "wgmma_counted", {}),
+    ("wgmma counters over 1 MiB do not fit", 40_000_000, 8, BF16, "h100", {}, "wgmma_clusters",
+     dict(counter_bytes=0)),
+    ("wgmma at 128 tiles", 16384, 256, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(group_ctas=1, groups=128)),
+    ("below 128 tiles: waves", 16256, 256, BF16, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("one tile per CTA up to 8 column tiles", 40000, 2048, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(tiles_per_cta=1, group_ctas=8, groups=15)),
+    ("two tiles per CTA from 9 column tiles", 40000, 2056, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(tiles_per_cta=2, group_ctas=5)),
+    ("n = 8192: clusters of 16", 4096, 8192, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(tiles_per_cta=2, group_ctas=16, groups=7)),
+    ("n = 8192 counted: groups of 32 CTAs", 4096, 8192, BF16, "h100", {}, "wgmma_counted",
+     dict(tiles_per_cta=1, group_ctas=32, groups=4)),
+    ("n > 8192: no wgmma", 4096, 8200, BF16, "h100", {}, "panels_small_blocks", {}),
+    ("n not a multiple of 8: no wgmma", 40000, 1028, BF16, "h100", {}, "panels_small_blocks", {}),
+    ("misaligned x: no wgmma", 40000, 1024, BF16, "h100", dict(x_aligned=False), "panels_small_blocks", {}),
+    ("misaligned weight: no wgmma", 40000, 1024, BF16, "h100", dict(weight_aligned=False), "panels_small_blocks", {}),
+    ("transposed weight", 40000, 1024, BF16, "h100", dict(transpose=True), "wgmma_counted", {}),
+    ("sm_80: no wgmma", 40000, 1024, BF16, "a100", {}, "panels_small_blocks",
+     dict(panel_blocks=4, panel_rows_per_block=510, panel_block_bytes=MiB, panels_batched=True)),
+    ("sm_90 without sm_90a in the build: no wgmma", 40000, 1024, BF16, "h100", dict(facts=dict(sm90a=False)),
+     "panels_small_blocks", {}),
+    ("sm_90 without TMA tensor maps: no wgmma", 40000, 1024, BF16, "h100", dict(facts=dict(tensor_maps=False)),
+     "panels_small_blocks", {}),
+    ("sm_90 but not 9.0 (e.g. 9.1)", 40000, 1024, BF16, "h100", dict(facts=dict(capability=(9, 1))),
+     "panels_small_blocks", {}),
+    ("no schedulable cluster: no wgmma", 40000, 1024, BF16, "h100", dict(facts=dict(wgmma_clusters=[0] * 17)),
+     "panels_small_blocks", {}),
+    ("fp32 and fp64 never take wgmma", 40000, 1024, F64, "h100", {}, "panels_one_buffer", {}),
+    # ---- the fp32 FFMA kernel: no TF32, counted from 256 tiles, clusters from 512
+    ("ffma counted by default", 40000, 1024, F32, "h100", {}, "ffma_counted",
+     dict(tiles_per_cta=1, group_ctas=8, groups=33, counter_bytes=313 * 4)),
+    ("ffma clusters with no workspace", 40000, 1024, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
+     dict(group_ctas=8, groups=30)),
+    ("ffma: TF32 allowed goes to cuBLAS", 40000, 1024, F32, "h100", dict(allow_tf32=True), "panels_small_blocks",
+     dict(panel_blocks=8, panel_rows_per_block=255)),
+    ("ffma counted at 256 tiles", 4096, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "ffma_counted", {}),
+    ("ffma counted below 256 tiles: waves", 3968, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
+    ("ffma clusters at 512 tiles", 8192, 1024, F32, "h100", dict(workspace_bytes=0), "ffma_clusters", {}),
+    ("ffma clusters below 512 tiles: waves", 8064, 1024, F32, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma clusters up to n = 2048", 40000, 2048, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
+     dict(group_ctas=16, groups=15)),
+    ("ffma clusters above n = 2048: waves", 40000, 2052, F32, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma: fp32 from n = 4096 keeps contiguous panels", 40000, 4096, F32, "h100", {}, "panels_one_buffer",
+     dict(panel_blocks=1, panel_block_bytes=38 * MiB, panel_rows_per_block=38 * MiB // 16384)),
+    ("ffma: below n = 4096 the FFMA kernel", 40000, 4092, F32, "h100", {}, "ffma_counted", {}),
+    ("ffma: n = 4096 with small blocks", 4096, 4096, F32, "h100", dict(workspace_bytes=4 * MiB), "ffma_counted", {}),
+    ("ffma: n not a multiple of 4", 40000, 1026, F32, "h100", {}, "panels_small_blocks", {}),
+    ("ffma: misaligned bias", 40000, 1024, F32, "h100", dict(bias_aligned=False), "panels_small_blocks", {}),
+    ("ffma on sm_80: counted", 40000, 1024, F32, "a100", {}, "ffma_counted", dict(groups=27)),
+    ("ffma on sm_80: no clusters", 40000, 1024, F32, "a100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma counted: groups must fit at once", 40000, 40000, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
+    # ---- cuBLAS panels against the waves kernel, by bound
+    ("bound 0: waves", 40000, 1024, BF16, "a100", dict(workspace_bytes=0), "waves", {}),
+    ("bound under 2 MiB: waves", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB - 1), "waves", {}),
+    ("bound of 2 MiB: two 1 MiB blocks", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB),
+     "panels_small_blocks", dict(panel_blocks=2, panel_rows_per_block=255, panel_block_bytes=MiB)),
+    ("bound just under 10 MiB: eight 1 MiB blocks", 40000, 1024, F32, "a100",
+     dict(workspace_bytes=10 * MiB - 1, allow_tf32=True), "panels_small_blocks", dict(panel_blocks=8)),
+    ("bound of 10 MiB: one buffer", 40000, 1024, F32, "a100", dict(workspace_bytes=10 * MiB, allow_tf32=True),
+     "panels_one_buffer", dict(panel_blocks=1, panel_block_bytes=10 * MiB, panel_rows_per_block=2560)),
+    ("bound over 10 MiB: rounded down to 2 MiB", 40000, 1024, F32, "a100",
+     dict(workspace_bytes=11 * MiB, allow_tf32=True), "panels_one_buffer", dict(panel_block_bytes=10 * MiB)),
+    ("one buffer never holds more rows than x", 1000, 1024, F32, "a100",
+     dict(workspace_bytes=64 * MiB, allow_tf32=True), "panels_one_buffer", dict(panel_rows_per_block=1000)),
+    ("small panels that do not fill the GPU: waves", 3968, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "waves",
+     {}),
+    ("small panels that hold all of x", 500, 1024, F32, "a100", dict(workspace_bytes=4 * MiB, allow_tf32=True),
+     "panels_small_blocks", dict(panel_blocks=2)),
+    ("16-bit blocks of 63 rows keep enough tiles busy", 4097, 8192, BF16, "a100", {}, "panels_small_blocks",
+     dict(panel_rows_per_block=63)),
+    ("fp32 blocks of 31 rows do not: waves", 4097, 8192, F32, "a100", dict(allow_tf32=True), "waves", {}),
+    ("too wide for waves: panels even where they lose", 100000, 8192, F32, "a100",
+     dict(allow_tf32=True, workspace_bytes=4 * MiB, facts=dict(waves_max_width=4096)), "panels_small_blocks", {}),
+    ("no rows: nothing to do", 0, 1024, BF16, "h100", {}, "empty", {}),
+    # ---- CPU: ATen GEMMs on panels, or the row kernel when panels would be small
+    ("cpu: default bound too small for 128 rows", 1000, 64, F32, "cpu", {}, "cpu_rows", {}),
+    ("cpu: panels", 100000, 64, F32, "cpu", {}, "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: no workspace", 100000, 64, F32, "cpu", dict(workspace_bytes=0), "cpu_rows", {}),
+    ("cpu: fewer than 128 rows, all in one panel", 50, 64, F32, "cpu", dict(workspace_bytes=50 * 256), "cpu_panels",
+     dict(panel_rows_per_block=50)),
+    ("cpu: fewer than 128 rows, not all", 50, 64, F32, "cpu", dict(workspace_bytes=49 * 256), "cpu_rows", {}),
+]
+
+
+@pytest.mark.parametrize("rows,n,dtype,device,kwargs,expected,fields", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_policy_table(rows, n, dtype, device, kwargs, expected, fields):
+    plan = route(rows, n, dtype, device, **dict(kwargs))
+    assert plan.route == expected, plan
+    for name, value in fields.items():
+        assert getattr(plan, name) == value, (name, plan)
+
+
+FORCED = [
+    # (id, rows, n, dtype, device, call keywords, forced route and options, expected route, expected plan fields)
+    ("panels over wgmma", 40000, 1024, BF16, "h100", dict(workspace_bytes=4 * MiB), dict(forced="panels"),
+     "panels_small_blocks", {}),
+    ("panels need a bound: the policy decides", 40000, 1024, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="panels"), "wgmma_clusters", {}),
+    ("panels, one GEMM per block", 40000, 1024, BF16, "h100", dict(workspace_bytes=4 * MiB),
+     dict(forced="panels", panels_batched=False), "panels_small_blocks", dict(panels_batched=False)),
+    ("waves over wgmma", 40000, 1024, BF16, "h100", {}, dict(forced="waves"), "waves", {}),
+    ("waves too narrow: the policy decides", 40000, 1024, BF16, "h100", dict(facts=dict(waves_max_width=512)),
+     dict(forced="waves"), "wgmma_counted", {}),
+    ("wgmma at any size", 1, 8, BF16, "h100", dict(workspace_bytes=0), dict(forced="wgmma"), "wgmma_clusters",
+     dict(tiles_per_cta=1, group_ctas=1, groups=1)),
+    ("wgmma counted at any size", 1, 8, BF16, "h100", dict(workspace_bytes=4 * MiB), dict(forced="wgmma"),
+     "wgmma_counted", dict(groups=1)),
+    ("wgmma clusters forced over counters", 40000, 1024, BF16, "h100", {}, dict(forced="wgmma_clusters"),
+     "wgmma_clusters", {}),
+    ("wgmma counted without a bound: the policy decides", 40000, 1024, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma_counted"), "wgmma_clusters", {}),
+    ("wgmma two tiles per CTA", 1000, 1024, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma", tiles_per_cta=2), "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=2)),
+    ("wgmma two tiles per CTA, counted", 1000, 1024, BF16, "h100", dict(workspace_bytes=4 * MiB),
+     dict(forced="wgmma", tiles_per_cta=2), "wgmma_counted", dict(tiles_per_cta=2, group_ctas=2)),
+    ("wgmma one tile per CTA cannot reach n = 8192", 4096, 8192, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma", tiles_per_cta=1), "waves", {}),
+    ("wgmma misaligned: the policy decides", 4096, 1024, BF16, "h100", dict(x_aligned=False, workspace_bytes=0),
+     dict(forced="wgmma"), "waves", {}),
+    ("ffma at any size", 1, 4, F32, "h100", dict(workspace_bytes=4 * MiB), dict(forced="ffma"), "ffma_counted",
+     dict(group_ctas=1, groups=1)),
+    ("ffma over contiguous panels", 40000, 4096, F32, "h100", {}, dict(forced="ffma"), "ffma_counted", {}),
+    ("ffma clusters forced over counters", 40000, 1024, F32, "h100", {}, dict(forced="ffma_clusters"),
+     "ffma_clusters", {}),
+    ("ffma counted without a bound: the policy decides", 40000, 1024, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_counted"), "ffma_clusters", {}),
+    ("ffma with TF32 allowed: the policy decides", 4096, 1024, F32, "h100",
+     dict(allow_tf32=True, workspace_bytes=4 * MiB), dict(forced="ffma"), "waves", {}),
+    ("ffma misaligned: the policy decides", 4096, 1024, F32, "h100", dict(x_aligned=False, workspace_bytes=0),
+     dict(forced="ffma"), "waves", {}),
+]
+
+
+@pytest.mark.parametrize(
+    "rows,n,dtype,device,kwargs,options,expected,fields", [c[1:] for c in FORCED], ids=[c[0] for c in FORCED]
+)
+def test_forced_routes(rows, n, dtype, device, kwargs, options, expected, fields):
+    plan = route(rows, n, dtype, device, **dict(kwargs), **options)
+    assert plan.route == expected, plan
+    for name, value in fields.items():
+        assert getattr(plan, name) == value, (name, plan)
+
+
+@pytest.mark.parametrize("workspace_bytes", [0, 1, MiB])
+def test_too_wide_without_workspace_is_an_error(workspace_bytes):
+    with pytest.raises(RuntimeError, match="too wide for the zero-workspace kernel.*pass a larger workspace_bytes"):
+        route(100, 8192, BF16, "a100", workspace_bytes=workspace_bytes, facts=dict(waves_max_width=4096))
+
+
+def test_no_cooperative_launch_and_no_room_is_an_error():
+    # A device where the waves kernel cannot run at all (waves_max_width 0).
+    with pytest.raises(RuntimeError, match="too wide for the zero-workspace kernel"):
+        route(100, 64, F64, "a100", workspace_bytes=0, facts=dict(waves_max_width=0))
+
+
+SHAPES = [(rows, n) for rows in (1, 127, 4097, 40000, 262144) for n in (8, 1000, 1024, 2056, 4096, 8192)]
+BOUNDS = [None, 0, 1, 2 * MiB - 1, 2 * MiB, 5 * MiB, 10 * MiB - 1, 10 * MiB, 10 * MiB + 1, 64 * MiB]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16, F32, F64])
+@pytest.mark.parametrize("device", ["h100", "a100"])
+def test_every_plan_keeps_reserved_memory_within_the_bound(dtype, device):
+    """What a plan allocates stays within the bound once the caching allocator has
+    rounded it: 1 MiB blocks (and counters) come two to a 2 MiB segment, one buffer
+    is a multiple of 2 MiB."""
+    for rows, n in SHAPES:
+        for bound in BOUNDS:
+            plan = route(rows, n, dtype, device, workspace_bytes=bound)
+            limit = min(64 * MiB, rows * n * dtype.itemsize // 16) if bound is None else bound
+            if plan.counter_bytes:
+                assert plan.counter_bytes <= MiB and 2 * MiB <= limit, (rows, n, bound, plan)
+            if plan.route == "panels_small_blocks":
+                assert plan.panel_block_bytes == MiB and (plan.panel_blocks + 1) // 2 * 2 * MiB <= limit
+            elif plan.route == "panels_one_buffer":
+                assert plan.panel_block_bytes % (2 * MiB) == 0 and plan.panel_block_bytes <= limit
+            if plan.route.startswith("panels"):
+                assert 1 <= plan.panel_rows_per_block <= rows and plan.panel_rows_per_block * n * dtype.itemsize <= (
+                    plan.panel_block_bytes
+                )
+            if plan.route in ("wgmma_clusters", "ffma_clusters", "waves"):
+                assert plan.workspace_bytes == 0
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(RuntimeError, match="square_matmul route must be one of"):
+        route(10, 8, BF16, forced="fused")
+    with pytest.raises(RuntimeError, match="tiles_per_cta must be 0"):
+        route(10, 8, BF16, forced="wgmma", tiles_per_cta=3)
+    with pytest.raises(RuntimeError, match="must have|unsupported dtype"):
+        route(10, 8, torch.int32)
+
+
+def test_forced_route_sets_and_restores_the_switch():
+    default = torch.ops.make_inplace._route_override()
+    assert default == ("", 0, True, True)
+    with forced_route("wgmma", tiles_per_cta=2, staged_rows=False):
+        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, True, False)
+        with forced_route("panels", panels_batched=False):
+            assert torch.ops.make_inplace._route_override() == ("panels", 0, False, True)
+        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, True, False)
+    assert torch.ops.make_inplace._route_override() == default
+    with pytest.raises(RuntimeError, match="square_matmul route must be one of"):
+        with forced_route("fused"):
+            pass
+    assert torch.ops.make_inplace._route_override() == default
+
+
+def test_every_forced_name_is_accepted():
+    for name in FORCED_ROUTES:
+        with forced_route(name):
+            assert torch.ops.make_inplace._route_override()[0] == name
+
+
+@pytest.mark.parametrize("route_name", [None, "panels", "waves", "wgmma", "ffma"])
+def test_forced_routes_leave_cpu_results_unchanged(route_name):
+    """The CPU has its own routes: a forced CUDA route changes nothing there."""
+    import make_inplace
+
+    x = torch.randn(300, 64, dtype=torch.float64)
+    w = torch.randn(64, 64, dtype=torch.float64)
+    expected = x @ w
+    with forced_route(route_name):
+        make_inplace.square_matmul_(x, w)
+    torch.testing.assert_close(x, expected)
