@@ -206,7 +206,9 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             del q, k, v
             # SDPA's backward reads its output: overwrite it only when no graph is kept.
             owned = not (torch.is_grad_enabled() and out.requires_grad)
-            attn = out.transpose(1, 2).reshape(n, tgt_len, e)
+            # contiguous, not reshape: with head_dim 1 reshape returns a strided view,
+            # which the in-place projection refuses.
+            attn = out.transpose(1, 2).contiguous().view(n, tgt_len, e)
             del out
         if owned:
             # q (attn's size; with the packed projection, k and v beside it) and
@@ -323,7 +325,8 @@ def _weighted_values(probs: torch.Tensor, v: torch.Tensor, strided: bool) -> tor
     n, heads, tgt_len, _ = probs.shape
     head_dim = v.shape[-1]
     if not strided:
-        return torch.matmul(probs, v).transpose(1, 2).reshape(n, tgt_len, heads * head_dim)
+        # contiguous, not reshape: with head_dim 1 reshape returns a strided view.
+        return torch.matmul(probs, v).transpose(1, 2).contiguous().view(n, tgt_len, heads * head_dim)
     out = probs.new_empty(n, tgt_len, heads, head_dim)
     for i in range(n):
         torch.bmm(probs[i], v[i], out=out[i].transpose(0, 1))

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from .. import _loader
-from ._common import check_leaf_inplace
+from ._common import check_devices, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.layer_norm_
@@ -22,11 +22,13 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.register_fake("make_inplace::layer_norm_")
 def _(x, normalized_shape, weight=None, bias=None, eps=1e-05):
+    check_devices("layer_norm_", ("x", x), ("weight", weight), ("bias", bias))
     return None
 
 
 @torch.library.register_fake("make_inplace::layer_norm_stats_")
 def _(x, normalized_shape, weight=None, bias=None, eps=1e-05):
+    check_devices("layer_norm_stats_", ("x", x), ("weight", weight), ("bias", bias))
     batch = x.shape[: x.dim() - len(normalized_shape)]
     dtype = _stat_dtype(x.dtype)
     return x.new_empty(batch, dtype=dtype), x.new_empty(batch, dtype=dtype)
@@ -34,6 +36,8 @@ def _(x, normalized_shape, weight=None, bias=None, eps=1e-05):
 
 @torch.library.register_fake("make_inplace::layer_norm_backward")
 def _(grad_output, output, normalized_shape, weight, bias, rstd, output_mask):
+    check_devices("layer_norm_backward", ("grad_output", grad_output), ("output", output),
+                  ("weight", weight), ("bias", bias), ("rstd", rstd))
     grad_input = torch.empty_like(output) if output_mask[0] else None
     grad_weight = torch.empty_like(weight) if output_mask[1] and weight is not None else None
     grad_bias = torch.empty_like(bias) if output_mask[2] and bias is not None else None
@@ -114,12 +118,12 @@ def layer_norm_(
         True
     """
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    validate_call("layer_norm_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
     if torch.is_grad_enabled() and (
         x.requires_grad
         or (weight is not None and weight.requires_grad)
         or (bias is not None and bias.requires_grad)
     ):
-        check_leaf_inplace(x, "layer_norm_")
         return _LayerNorm.apply(x, shape, weight, bias, eps)
     _op_default(x, shape, weight, bias, eps)
     return x

@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_out_without_grad
+from ._common import check_devices, fail, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.outer_product
@@ -15,11 +15,14 @@ _backward = torch.ops.make_inplace.outer_product_backward
 
 @torch.library.register_fake("make_inplace::outer_product")
 def _(a, b, *, out):
+    check_devices("outer_product", ("a", a), ("b", b), ("out", out))
     return None
 
 
 @torch.library.register_fake("make_inplace::outer_product_backward")
 def _(grad_out, a, b, accumulate, *, grad_a, grad_b):
+    check_devices("outer_product_backward", ("grad_out", grad_out), ("a", a), ("b", b),
+                  ("grad_a", grad_a), ("grad_b", grad_b))
     return None
 
 
@@ -27,7 +30,7 @@ def _result_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
     # Only what is needed to size the buffer; the C++ checks cover the rest.
     for t, name, dim in ((a, "a", "n"), (b, "b", "m")):
         if t.dim() < 1:
-            raise ValueError(f"{name} must have shape (..., {dim}), got a 0-dim tensor")
+            fail("outer_product", f"{name} must have shape (..., {dim}), got a 0-dim tensor", ValueError)
     return (*a.shape, b.shape[-1])
 
 
@@ -76,8 +79,8 @@ def outer_product(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None 
         >>> torch.allclose(out, a[..., :, None] * b[..., None, :])
         True
     """
+    validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
     if out is not None:
-        check_out_without_grad("outer_product", "out", a, b)
         _forward(a, b, out=out)
         return out
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
@@ -119,12 +122,12 @@ def outer_product_backward(
         >>> torch.allclose(grad_a, b.sum(-1, keepdim=True).expand(2, 3))
         True
     """
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (grad_out, a, b)):
-        raise RuntimeError(
-            "outer_product_backward: its results are not differentiable (no double backward), "
-            "but one of the arguments requires grad; run it under torch.no_grad() or pass "
-            "detached tensors"
-        )
+    validate_call(
+        "outer_product_backward",
+        inputs=(("grad_out", grad_out), ("a", a), ("b", b)),
+        buffers=(("grad_a", grad_a), ("grad_b", grad_b)),
+        differentiable=False,
+    )
     alloc = a.new_zeros if accumulate else a.new_empty
     if grad_a is None:
         grad_a = alloc(a.shape)

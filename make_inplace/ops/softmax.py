@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_leaf_inplace
+from ._common import check_devices, fail, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.softmax_
@@ -16,16 +16,19 @@ _backward_inplace_op = torch.ops.make_inplace.softmax_backward_
 
 @torch.library.register_fake("make_inplace::softmax_")
 def _(x, dim=-1, *, scale=None, causal=False, mask=None):
+    check_devices("softmax_", ("x", x), ("mask", mask))
     return None
 
 
 @torch.library.register_fake("make_inplace::softmax_backward")
 def _(grad_output, output, dim, scale):
+    check_devices("softmax_backward", ("grad_output", grad_output), ("output", output))
     return torch.empty_like(output)
 
 
 @torch.library.register_fake("make_inplace::softmax_backward_")
 def _(grad, output, dim, scale):
+    check_devices("softmax_backward_", ("grad", grad), ("output", output))
     return None
 
 
@@ -67,8 +70,9 @@ class _Softmax(torch.autograd.Function):
             grad_v = _grad_of_values(grad_y, y, ctx.dim, 1.0)
             grad_mask = grad_v.sum_to_size(ctx.mask_shape)
             if ctx.needs_input_grad[0]:
-                # sum_to_size returns grad_v itself when the mask has x's shape.
-                shared = grad_mask.data_ptr() == grad_v.data_ptr()
+                # sum_to_size returns grad_v itself when the mask has x's shape. Decided
+                # by shape: torch.compile cannot trace a data-pointer comparison.
+                shared = tuple(ctx.mask_shape) == tuple(grad_v.shape)
                 grad_x = grad_v * ctx.scale if shared else grad_v.mul_(ctx.scale)
         elif ctx.needs_input_grad[0]:
             grad_x = _grad_of_values(grad_y, y, ctx.dim, ctx.scale)
@@ -115,9 +119,9 @@ def softmax_(
         True
     """
     if not isinstance(dim, int):
-        raise TypeError(f"softmax_: dim must be an int, got {type(dim).__name__}")
+        fail("softmax_", f"dim must be an int, got {type(dim).__name__}", TypeError)
+    validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
     if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):
-        check_leaf_inplace(x, "softmax_")
         return _Softmax.apply(x, dim, scale, causal, mask)
     if scale is None and not causal and mask is None:
         _op_default(x, dim)  # keywords cost ~2 us of host time per call

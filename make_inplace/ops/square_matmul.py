@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_leaf_inplace
+from ._common import check_devices, fail, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.square_matmul_
@@ -13,6 +13,7 @@ _op = torch.ops.make_inplace.square_matmul_
 
 @torch.library.register_fake("make_inplace::square_matmul_")
 def _(x, weight, bias=None, *, transpose=False, workspace_bytes=None):
+    check_devices("square_matmul_", ("x", x), ("weight", weight), ("bias", bias))
     return None
 
 
@@ -74,20 +75,13 @@ def square_matmul_(
         >>> y is x and torch.allclose(y, expected, atol=1e-5)
         True
     """
-    if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+    validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
+    if torch.is_grad_enabled():
         if weight.requires_grad:
-            raise RuntimeError(
-                "square_matmul_: weight requires grad, but x is overwritten in place, so "
-                "dW = x^T @ dy cannot be formed. Freeze the weight "
-                "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it."
-            )
-        check_leaf_inplace(x, "x")
-        return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
-    if torch.is_grad_enabled() and weight.requires_grad:
-        raise RuntimeError(
-            "square_matmul_: weight requires grad, but x is overwritten in place, so "
-            "dW = x^T @ dy cannot be formed. Freeze the weight "
-            "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it."
-        )
+            fail("square_matmul_", "weight requires grad, but x is overwritten in place, so "
+                 "dW = x^T @ dy cannot be formed. Freeze the weight "
+                 "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
+        if x.requires_grad or (bias is not None and bias.requires_grad):
+            return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
     _op(x, weight, bias, transpose=transpose, workspace_bytes=workspace_bytes)
     return x

@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_out_without_grad
+from ._common import check_devices, fail, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.trilinear_interpolation
@@ -15,27 +15,21 @@ _backward = torch.ops.make_inplace.trilinear_interpolation_backward
 
 @torch.library.register_fake("make_inplace::trilinear_interpolation")
 def _(feats, points, *, out):
+    check_devices("trilinear_interpolation", ("feats", feats), ("points", points), ("out", out))
     return None
 
 
 @torch.library.register_fake("make_inplace::trilinear_interpolation_backward")
 def _(grad_out, points, feats, accumulate, *, grad_feats, grad_points):
+    check_devices("trilinear_interpolation_backward", ("grad_out", grad_out), ("points", points),
+                  ("feats", feats), ("grad_feats", grad_feats), ("grad_points", grad_points))
     return None
 
 
-def _check_rank(t: torch.Tensor, name: str, rank: int, shape: str) -> None:
+def _check_rank(op: str, t: torch.Tensor, name: str, rank: int, shape: str) -> None:
     # Only what is needed to size a buffer; the C++ checks cover the rest.
     if t.dim() != rank:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-
-
-def _no_grad_through_backward(*inputs: torch.Tensor | None) -> None:
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-        raise RuntimeError(
-            "trilinear_interpolation_backward: its results are not differentiable (no double "
-            "backward), but one of the arguments requires grad; run it under torch.no_grad() "
-            "or pass detached tensors"
-        )
+        fail(op, f"{name} must have shape {shape}, got {tuple(t.shape)}", ValueError)
 
 
 class _Trilinear(torch.autograd.Function):
@@ -99,11 +93,11 @@ def trilinear_interpolation(
         >>> make_inplace.trilinear_interpolation(feats, points, out=out) is out
         True
     """
+    validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
     if out is not None:
-        check_out_without_grad("trilinear_interpolation", "out", feats, points)
         _forward(feats, points, out=out)
         return out
-    _check_rank(feats, "feats", 3, "(N, 8, F)")
+    _check_rank("trilinear_interpolation", feats, "feats", 3, "(N, 8, F)")
     if torch.is_grad_enabled() and (feats.requires_grad or points.requires_grad):
         return _Trilinear.apply(feats, points)
     result = feats.new_empty((feats.shape[0], feats.shape[2]))
@@ -148,8 +142,13 @@ def trilinear_interpolation_backward(
         >>> gf.shape, gp.shape
         (torch.Size([4, 8, 16]), torch.Size([4, 3]))
     """
-    _no_grad_through_backward(grad_out, points, feats)
-    _check_rank(grad_out, "grad_out", 2, "(N, F)")
+    validate_call(
+        "trilinear_interpolation_backward",
+        inputs=(("grad_out", grad_out), ("points", points), ("feats", feats)),
+        buffers=(("grad_feats", grad_feats), ("grad_points", grad_points)),
+        differentiable=False,
+    )
+    _check_rank("trilinear_interpolation_backward", grad_out, "grad_out", 2, "(N, F)")
     n, f = grad_out.shape
     alloc = grad_out.new_zeros if accumulate else grad_out.new_empty
     if grad_feats is None:
