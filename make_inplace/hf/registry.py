@@ -86,10 +86,11 @@ def _convert_base(base: nn.Module, name: str, family: Family, report, decided: s
     except AttributeError:
         report.skipped.append((name, type(base).__name__, f"no {family.layers} module list where {family.name} keeps its layers"))
         return
+    # In the order the forward runs them: embeddings, layers, final norm.
     parts = [(layer, _qualified(name, f"{family.layers}.{i}"), family.layer) for i, layer in enumerate(layers)]
-    for entry in (family.embeddings, family.final_norm):
+    for entry, where in ((family.embeddings, 0), (family.final_norm, len(parts) + 1)):
         if entry is not None and getattr(base, entry[0], None) is not None:
-            parts.append((getattr(base, entry[0]), _qualified(name, entry[0]), entry[1]))
+            parts.insert(where, (getattr(base, entry[0]), _qualified(name, entry[0]), entry[1]))
     replaced = 0
     for module, qualified, part in parts:
         decided.add(id(module))
