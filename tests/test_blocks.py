@@ -428,3 +428,23 @@ def test_plan_rows_and_groups():
     assert plan.group == 1 and plan.q_rows == 50 and plan.splits_sequences
     with pytest.raises(ValueError, match="below one query row"):
         attention_plan("f", batch=8, seq_len=100, per_sequence_bytes=1000, per_row_bytes=10, x_bytes=0, workspace_bytes=1009)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("past_len", [0, 7])
+def test_attention_split_sequences_half_precision(device, kv_heads, past_len):
+    """Query panels inside a sequence in bf16: on CUDA the lower-right causal bias runs the flash kernel."""
+    dtype, B, S, d, heads = torch.bfloat16, 2, 24, 64, 4
+    x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, device, bias=False, layout="linear", rotary=True, seed=11)
+    gen = torch.Generator().manual_seed(12)
+    hd = d // heads
+    past = None
+    if past_len:
+        past = tuple(torch.randn(B, kv_heads, past_len, hd, generator=gen, dtype=torch.float64).to(device, dtype) for _ in range(2))
+    expected = _attention64(x, ws, bs, heads, kv_heads, None, None, True, None, rot, None, "linear", past=past)
+    per_row = (3 * d + (d if device == "cpu" else 0)) * 2
+    residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, causal=True, rotary=rot,
+                        kv_update=_ListCache(past) if past_len else None,
+                        workspace_bytes=2 * S * kv_heads * hd * 2 + 5 * per_row)
+    _close(x, expected, dtype)
