@@ -288,3 +288,35 @@ def test_forced_routes_leave_cpu_results_unchanged(route_name):
     with forced_route(route_name):
         make_inplace.square_matmul_(x, w)
     torch.testing.assert_close(x, expected)
+
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not HOPPER, reason="staged rows run on sm_90 (H100/H200)")
+@pytest.mark.parametrize("staged_rows", [True, False])
+def test_cuda_staged_rows_can_be_switched_off(staged_rows):
+    """forced_route(staged_rows=False) keeps softmax_ and layer_norm_ off their staged
+    kernels (long rows then stream through global memory); results stay right."""
+    import make_inplace
+
+    x = torch.randn(64, 65536, device="cuda", dtype=torch.bfloat16)
+    expected_softmax = torch.softmax(x.float(), dim=-1)
+    expected_norm = torch.nn.functional.layer_norm(x.float(), (65536,))
+
+    def run():
+        a, b = x.clone(), x.clone()
+        make_inplace.softmax_(a)
+        make_inplace.layer_norm_(b, (65536,))
+        torch.cuda.synchronize()
+        return a, b
+
+    with forced_route(staged_rows=staged_rows):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            a, b = run()
+    names = " ".join(e.name for e in prof.events())
+    assert ("softmax_staged_kernel" in names) == staged_rows, names
+    assert ("layer_norm_staged" in names) == staged_rows, names
+    # bf16 tolerances of tests/test_softmax.py and tests/test_layer_norm.py
+    torch.testing.assert_close(a.double(), expected_softmax.double(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(b.double(), expected_norm.double(), rtol=1e-2, atol=3e-2)

@@ -130,11 +130,8 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
   }
   // 32 elements of a 16-bit row per thread stay packed in buf as loaded and
-  // each pass unpacks them again (two integer instructions per bf16 pair):
-  // 16 words instead of 32 floats took the kernel from 101 to 62 registers
-  // and, on an H100, bf16 (262144, 1024) from 2.48 to 2.97 TB/s and (16384,
-  // 4096) from 2.23 to 2.77-2.81. With fewer elements per thread registers do
-  // not limit it and the repeated unpacking cost 1-3%.
+  // each pass unpacks them again: 16 words instead of 32 floats keep the
+  // registers from limiting occupancy (docs/rowwise_tuning.md).
   constexpr bool PACKED = sizeof(T) == 2 && NV * F == 32;
   float v[PACKED ? 1 : NV][F];
   const auto values = [&](int k, float* f) {
@@ -585,8 +582,7 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
     int tpr = 0, nv = 0;
     // Two vectors per thread on short rows: fewer shuffles per element for
-    // its three reductions (H100, 128 columns: bf16 2.50 vs 2.26 TB/s, fp32
-    // 2.87 vs 2.70; 32 columns: bf16 2.82 vs 2.63).
+    // its three reductions.
     if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
     return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
       *err = launch_plain<T, decltype(nv_tag)::value>(x, w, b, rows, n, tpr, eps, mean, rstd,
@@ -622,18 +618,14 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
   if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
     // The register kernel first, up to 16384 columns (32 elements per thread
     // of a 512-thread CTA): with its rows kept packed it beat the staged
-    // kernel on an H100 at 32-64 KiB rows (GB/s, bf16/fp16/fp32: (4096,
-    // 16384) 2602/2694/2604 against 2466/2523/2556; fp32 (8192, 8192) 2874
-    // against 2723).
+    // kernel at 32-64 KiB rows (docs/rowwise_tuning.md).
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, w, b, rows, n, eps, mean, rstd, stream, &err)) return err;
     staged::Plan plan;
     // The moments kernel (not float64's) splits rows over a 2-CTA cluster:
-    // rows too long for one ring (H100, float32 (1024, 65536): 2.24 TB/s
-    // against 1.89 streaming through global memory), and rows of four or
-    // more slots whose halves fit a ring, so that two CTAs share an SM and
-    // one's loads overlap the other's stores (bf16 (1024, 65536): 2.26 against
-    // 2.17 with one 1024-thread CTA per row; 1.85 with 512 threads).
+    // rows too long for one ring, and rows of four or more slots whose halves
+    // fit a ring, so that two CTAs share an SM and one's loads overlap the
+    // other's stores.
     const bool split = sizeof(T) < 8;
     if (staged::plan_rows(n, sizeof(T), split, &plan)) {
       staged::Plan halves;

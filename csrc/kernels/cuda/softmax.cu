@@ -560,9 +560,8 @@ cudaError_t forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t<T> scal
   }
   constexpr int VEC = 16 / sizeof(T);
   if (n % VEC == 0 && aligned16(x)) {
-    // The register kernel first: on an H100 it beat the staged kernel on the
-    // rows both can hold (bf16 (4096, 16384): 2.87 vs 2.44 TB/s; fp32
-    // (4096, 16384): 2.92 vs 2.66).
+    // The register kernel first: it beat the staged kernel on the rows both
+    // can hold (docs/rowwise_tuning.md).
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, outer, n, scale, causal_rows, mask, stream, &err)) return err;
     staged::Plan plan;

@@ -15,9 +15,9 @@ namespace make_inplace::kernels {
 
 // The widest n square_matmul_waves takes for this element type on the current
 // device (0: it cannot launch cooperatively): a row-block of results (16 rows
-// at the least) must fit in the shared memory of all co-resident CTAs. On an
-// H100 about 640 000 (fp16/bf16), 420 000 (fp32) and 200 000 (fp64). The
-// first call per device sets the kernels' shared-memory attributes.
+// at the least) must fit in the shared memory of all co-resident CTAs
+// (docs/square_matmul.md has an H100's figures). The first call per device
+// sets the kernels' shared-memory attributes.
 int64_t square_matmul_waves_max_width(ScalarKind kind);
 
 // x, w, bias (may be null) are row-major and contiguous; w is n x n; any

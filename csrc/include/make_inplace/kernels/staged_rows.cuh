@@ -5,8 +5,7 @@
 // Why: a row-wise op needs its whole row before it can write any element.
 // Held in registers, a long row leaves few CTAs per SM, and each CTA waits
 // out its loads, then reduces, then writes, so the memory system idles
-// between phases (ncu on an H100: 33-45% of DRAM bandwidth at 16384-65536
-// bf16 columns). Here a persistent CTA keeps a ring of shared-memory slots:
+// between phases. Here a persistent CTA keeps a ring of shared-memory slots:
 // `cp.async.bulk` fills the slots of the next rows while the threads reduce
 // and write the current one, so every element is still read once and
 // written once, and loads stay in flight across row boundaries.
@@ -43,23 +42,14 @@ namespace make_inplace::kernels::staged {
 #define MAKE_INPLACE_STAGED_ROWS 1
 #endif
 
-// Slot size and CTA size from a sweep on an H100 (bf16, GB/s; softmax and
-// layer norm at 16384 and 65536 columns): 32 KiB slots with 512 threads
-// 1935 / 1886 / 2206 / 1670, against 1795 / 1701 / 1894 / 1484 with 16 KiB
-// slots and 1484 / 1292 / 1411 / 1057 with 8 KiB; 256 threads were better for
-// softmax at 16384 columns only (2050) and worse elsewhere.
+// Slot size, CTA size and the shortest staged row: the best of a sweep on an
+// H100 (docs/rowwise_tuning.md).
 constexpr int kThreads = 512;
 constexpr int kSlotBytes = 32 * 1024;
-// Layer norm's staged kernel takes 1024 threads on rows of 4 or more pieces:
-// on an H100, bf16/fp16 (1024, 65536) 1.93/1.98 TB/s against 1.68/1.71 with
-// 512, but 1.63/1.69 against 2.32/2.41 on (4096, 16384).
+// Layer norm's staged kernel takes 1024 threads on rows of 4 or more pieces.
 constexpr int kMaxThreads = 1024;
-// Shorter rows stay with the register kernels, which were faster on an H100
-// up to 16 KiB rows (8 KiB bf16: 1.98 vs 1.51-1.61 TB/s; 16 KiB fp32: 2.49 vs
-// 2.36); from 32 KiB the staged kernels win (bf16 32 KiB: 1.75-1.80 vs 1.60,
-// fp32 64 KiB: 2.45-2.53 vs 1.88, bf16 128 KiB: 1.69-1.73 vs 1.32 TB/s).
-// (Softmax's register fast path, which came later, is tried before staging
-// and holds rows of up to 16384 elements; see softmax.cu.)
+// Shorter rows stay with the register kernels, which were faster up to 16 KiB
+// rows.
 constexpr int kMinRowBytes = 32 * 1024;
 constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
 constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
@@ -80,8 +70,7 @@ inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
   const int64_t slot_bytes = part_bytes < kSlotBytes ? part_bytes : kSlotBytes;
   const int64_t pieces = (part_bytes + slot_bytes - 1) / slot_bytes;
   // Two parts' worth of slots while that stays within 64 KiB (several CTAs
-  // per SM then overlap as well), else a part and a half. Deeper rings (two
-  // rows ahead) measured no faster.
+  // per SM then overlap as well), else a part and a half.
   int64_t slots = 2 * pieces;
   if (slots * slot_bytes > 64 * 1024) slots = pieces + (pieces + 1) / 2;
   if (slots * slot_bytes > kMaxRingBytes) slots = kMaxRingBytes / slot_bytes;
@@ -337,9 +326,7 @@ class RowRing {
   }
 
   // Every thread calls this after its last read of row li's pieces: the
-  // slots go to the pieces `slots` positions further on. (Handing slots back
-  // piece by piece during the write pass measured no faster for softmax and
-  // 15% slower for layer norm at 65536 bf16 columns on an H100.)
+  // slots go to the pieces `slots` positions further on.
   __device__ void release(int64_t li) {
     __syncthreads();
     if (threadIdx.x == 0) {

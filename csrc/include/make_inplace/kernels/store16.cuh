@@ -4,8 +4,7 @@
 // Why not a plain struct store: inside unrolled runtime loops nvcc splits it
 // (and even a uint4 built from it) into per-element or per-pair stores
 // (st.global.u16 x 8 for bf16), so each warp store touches up to 8x the
-// sectors it writes; ncu on an H100 showed 88% excessive sectors and a third
-// of the bandwidth lost. The inline PTX keeps it one st.global.v4.
+// sectors it writes. The inline PTX keeps it one st.global.v4.
 #include <cstdint>
 #include <cstring>
 
