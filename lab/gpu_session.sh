@@ -46,7 +46,7 @@ for step in "$@"; do
     main)
       $py -m make_inplace --json "$OUT/main.json" 2>&1 | tee "$OUT/main.log" || status=1 ;;
     sweep)
-      $py lab/sweep_square_matmul_fused.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
+      $py lab/sweep_square_matmul_waves.py --out "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
     budget)
       $py benchmarks/memory_budget.py --out "$OUT/budget" 2>&1 | tail -n 40 || status=1 ;;
     mindspore)

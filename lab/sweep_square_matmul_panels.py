@@ -4,14 +4,14 @@ For each (rows, n, dtype) and each route setting, checks the default mode
 (workspace bound 1/16 of x, at most 64 MiB) against a float64 reference
 (bias and the transposed weight on), measures its peak extra reserved and
 allocated memory from a cold allocator, and times it against
-``torch.matmul(x, w)`` and the fused zero-workspace kernel
+``torch.matmul(x, w)`` and the zero-workspace waves kernel
 (``workspace_bytes=0``) with CUDA events. The settings are the environment
 switches the CUDA binding reads per call:
 
 - MAKE_INPLACE_PANEL_BATCHED: 1 (default; one batched cuBLAS call per panel
   over its 1 MiB blocks) or 0 (one GEMM per block)
 - MAKE_INPLACE_PANEL_MIN_TILES: the panel size (in 128x128 result tiles)
-  below which the fused kernel runs instead (default 96; 0 takes the panels
+  below which the waves kernel runs instead (default 96; 0 takes the panels
   at any size the bound allows)
 
     python lab/sweep_square_matmul_panels.py --out panels.json
@@ -28,7 +28,7 @@ import torch
 
 import make_inplace
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
-from sweep_square_matmul_fused import time_ms, write_results  # time_ms: median of `reps` event-timed calls fn(i)
+from sweep_square_matmul_waves import time_ms, write_results  # time_ms: median of `reps` event-timed calls fn(i)
 
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),
           (16384, 1024), (4097, 8192), (20000, 777), (65536, 1030)]
@@ -86,9 +86,9 @@ def main() -> int:
             xs = [x] + [x.clone() for _ in range(copies - 1)]
             out = torch.empty_like(x)
             torch_ms = time_ms(lambda i: torch.matmul(xs[i % copies], w, out=out), args.reps)
-            fused_ms = time_ms(lambda i: make_inplace.square_matmul_(xs[i % copies], w, workspace_bytes=0), args.reps)
-            line = f"{rows:6d} {n:5d} {name:>9} bound {bound / 2**20:5.2f} MiB  torch {torch_ms:7.3f}  fused {torch_ms / fused_ms:5.2f}x"
-            rec = dict(rows=rows, n=n, dtype=name, bound_bytes=bound, torch_ms=torch_ms, fused_ms=fused_ms, settings={})
+            waves_ms = time_ms(lambda i: make_inplace.square_matmul_(xs[i % copies], w, workspace_bytes=0), args.reps)
+            line = f"{rows:6d} {n:5d} {name:>9} bound {bound / 2**20:5.2f} MiB  torch {torch_ms:7.3f}  waves {torch_ms / waves_ms:5.2f}x"
+            rec = dict(rows=rows, n=n, dtype=name, bound_bytes=bound, torch_ms=torch_ms, waves_ms=waves_ms, settings={})
             for label, setting in SETTINGS.items():
                 use(setting)
                 try:

@@ -9,7 +9,7 @@ For the check W is Gaussian scaled by 1/sqrt(n); for the timing it is a
 random orthogonal matrix, so that applying it in place over and over keeps x's
 norm (neither overflow nor timing zeros, even at n = 1). Prints a table and writes JSON to --out.
 
-    python lab/sweep_square_matmul_fused.py --out fused.json
+    python lab/sweep_square_matmul_waves.py --out waves.json
 
 Runs in about a minute on an H100 (``--quick`` skips the timing of the
 awkward shapes).
@@ -69,7 +69,7 @@ def make_inputs(rows, n, dtype, transpose, bias, gen, orthogonal=False):
 
 
 def check(rows, n, dtype, transpose, bias, gen):
-    """One call of the fused kernel against float64; returns (rel_err, extra_bytes, ok)."""
+    """One call of the waves kernel against float64; returns (rel_err, extra_bytes, ok)."""
     x, w, b = make_inputs(rows, n, dtype, transpose, bias, gen)
     ref = x.double() @ (w.double().t() if transpose else w.double())
     if b is not None:
@@ -139,7 +139,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=1.0, help="rough timing budget per case and side")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("sweep_square_matmul_fused: needs CUDA", file=sys.stderr)
+        print("sweep_square_matmul_waves: needs CUDA", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # exact fp32 on both sides
     gen = torch.Generator(device="cuda").manual_seed(0)
