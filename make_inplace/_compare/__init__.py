@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -26,7 +26,6 @@ class Row:
     ours_bytes: int | None = None
     torch_bytes: int | None = None
     notes: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def saved_bytes(self) -> int | None:
