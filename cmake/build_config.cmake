@@ -64,3 +64,19 @@ function(make_inplace_torch_cxx_standard out include_dir)
   endif()
   set(${out} "${_std}" PARENT_SCOPE)
 endfunction()
+
+# make_inplace_use_standard(<target> <standard>): compile <target>'s C++ and CUDA
+# at that standard. CMake 3.25 knows no CUDA20 for nvcc, so where it lacks the
+# option nvcc gets the -std flag directly. No CXX_STANDARD_REQUIRED: CUDA sources
+# inherit it, and CMake would then refuse the CUDA20 it does not know.
+function(make_inplace_use_standard target std)
+  set_target_properties(${target} PROPERTIES CXX_STANDARD ${std} CXX_EXTENSIONS OFF)
+  if(NOT CMAKE_CUDA_COMPILER_LOADED)
+    return()
+  endif()
+  if(DEFINED CMAKE_CUDA${std}_STANDARD_COMPILE_OPTION)
+    set_target_properties(${target} PROPERTIES CUDA_STANDARD ${std} CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
+  else()
+    target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:-std=c++${std}>")
+  endif()
+endfunction()

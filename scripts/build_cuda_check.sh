@@ -22,8 +22,10 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "building the CUDA extension with torch $("$py" -c 'import torch; print(torch.__version__)') and $(nvcc --version | tail -n 1)"
-# The grep drops the notes g++ prints for torch's headers, keeping errors.
-"$py" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 | { grep -v "hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
+# The grep drops ninja's command lines and the notes g++ prints for torch's
+# headers, keeping errors.
+"$py" setup.py -q build_ext --build-lib "$out/lib" --build-temp "$out/tmp" 2>&1 \
+  | { grep -v "^\[[0-9]*/[0-9]*\] \|hardware_destructive_interference_size\|^ *[0-9]* |\|note:\|^ *|\|^ *\^" || true; }
 lib=$(ls "$out"/lib/make_inplace/_C*.so)
 "$py" - "$lib" <<'PY'
 import sys, torch
