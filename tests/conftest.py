@@ -28,6 +28,11 @@ settings.load_profile(os.environ.get("MAKE_INPLACE_HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+    yield
+    # Cached blocks of one test would starve the others when several pytest
+    # workers share one GPU.
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def launch_orders(values):

@@ -100,11 +100,27 @@ ORDER_WIDTHS = [1024, 4096, 16384, 24576, 40008, 65536, 98304, 262144]
 
 
 @CUDA
+@pytest.mark.fresh_process
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
 def test_cuda_widths_in_any_order(dtype, order):
     for width in launch_orders(ORDER_WIDTHS)[order]:
         x = torch.randn(64 if width < 262144 else 8, width, device="cuda", dtype=dtype) * 3 + 1.5
+        w, b = affine((width,), "cuda", dtype, "affine")
+        expected = reference(x, (width,), w, b)
+        make_inplace.layer_norm_(x, width, w, b)
+        assert_close(x, expected, dtype)
+
+
+@CUDA
+@pytest.mark.fresh_process
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cuda_width_returns_after_a_narrower_staged_row(dtype):
+    """65536, 40008, 65536 columns, first thing in a process: the third call
+    once failed with "invalid argument" (the second had lowered the
+    shared-memory limit the first had set for the same kernel)."""
+    for width in (65536, 40008, 65536):
+        x = torch.randn(1500, width, device="cuda", dtype=dtype) * 3 + 1.5
         w, b = affine((width,), "cuda", dtype, "affine")
         expected = reference(x, (width,), w, b)
         make_inplace.layer_norm_(x, width, w, b)

@@ -85,6 +85,7 @@ ORDER_WIDTHS = [1024, 4096, 16384, 40008, 65536, 98304, 262144]
 
 
 @CUDA
+@pytest.mark.fresh_process
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
 def test_cuda_widths_in_any_order(dtype, order):
@@ -96,14 +97,17 @@ def test_cuda_widths_in_any_order(dtype, order):
 
 
 @CUDA
-def test_cuda_width_returns_after_a_narrower_staged_row():
-    """65536, 40008, 65536 columns at 1500 rows: the third call once failed
-    with "invalid argument" (the second had lowered the first's shared-memory limit)."""
+@pytest.mark.fresh_process
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cuda_width_returns_after_a_narrower_staged_row(dtype):
+    """65536, 40008, 65536 columns, first thing in a process: the third call
+    once failed with "invalid argument" (the second had lowered the
+    shared-memory limit the first had set for the same kernel)."""
     for width in (65536, 40008, 65536):
-        x = torch.randn(1500, width, device="cuda", dtype=torch.float16)
+        x = torch.randn(1500, width, device="cuda", dtype=dtype)
         expected = reference(x)
         make_inplace.softmax_(x)
-        assert_close(x, expected, torch.float16)
+        assert_close(x, expected, dtype)
 
 
 @CUDA

@@ -302,6 +302,7 @@ def test_cuda_runs_on_the_current_stream_after_pending_work(workspace_bytes):
 
 
 @requires_cuda
+@pytest.mark.fresh_process
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("workspace_bytes", [None, 0, 4 << 20])
 @pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
