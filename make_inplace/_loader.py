@@ -3,7 +3,9 @@
 Order: the library built by setuptools next to this file (``_C*.so``), unless
 ``MAKE_INPLACE_FORCE_JIT=1``; otherwise a JIT build with
 ``torch.utils.cpp_extension.load`` (ninja) into torch's extension cache,
-announced on stderr. Loading registers the ops under ``torch.ops.make_inplace``.
+announced on stderr, of the sources and flags in build_config.json (through
+_sources.py, as setup.py and CMake read them). Loading registers the ops under
+``torch.ops.make_inplace``.
 """
 
 from __future__ import annotations
