@@ -43,6 +43,16 @@ constexpr const char* kSchemas[] = {
     "int[] normalized_shape, Tensor? weight, Tensor? bias, Tensor rstd, "
     "bool[3] output_mask) -> (Tensor grad_input, Tensor grad_weight, "
     "Tensor grad_bias)",
+    // x <- rms_norm(x, normalized_shape, weight, eps) (eps None: finfo(x.dtype).eps).
+    "rms_norm_(Tensor(a!) x, int[] normalized_shape, Tensor? weight=None, "
+    "float? eps=None) -> ()",
+    // The same, also returning the per-row rstd (float32; float64 for float64 x) for autograd.
+    "rms_norm_stats_(Tensor(a!) x, int[] normalized_shape, Tensor? weight=None, "
+    "float? eps=None) -> Tensor rstd",
+    // Gradients rebuilt from the normalized output y (x_hat = y / weight).
+    "rms_norm_backward(Tensor grad_output, Tensor output, int[] normalized_shape, "
+    "Tensor? weight, Tensor rstd, bool[2] output_mask) -> (Tensor grad_input, "
+    "Tensor grad_weight)",
     // out[n, f] = sum_k w_k(points[n]) * feats[n, k, f].
     "trilinear_interpolation(Tensor feats, Tensor points, *, "
     "Tensor(a!) out) -> ()",

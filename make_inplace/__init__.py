@@ -1,6 +1,7 @@
 """make_inplace: PyTorch ops that write their results where the caller says.
 
-In place over their input (``square_matmul_``, ``softmax_``, ``layer_norm_``) or
+In place over their input (``square_matmul_``, ``softmax_``, ``layer_norm_``,
+``rms_norm_``; whole residual blocks in ``make_inplace.blocks``) or
 into caller-owned buffers (``out=``), with CUDA and CPU kernels behind
 ``torch.ops.make_inplace``.
 """
@@ -12,6 +13,7 @@ _load()
 from .ops import *  # noqa: E402,F401,F403
 from .ops import __all__ as _ops_all  # noqa: E402
 from . import nn  # noqa: E402,F401
+from . import blocks  # noqa: E402,F401
 from .convert import ConversionReport, convert_  # noqa: E402
 
 

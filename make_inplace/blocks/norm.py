@@ -66,15 +66,12 @@ class Norm:
             return F.layer_norm(rows, (d,), self.weight, self.bias, self._eps(rows.dtype))
         return F.rms_norm(rows, (d,), self.weight, self._eps(rows.dtype))
 
-    def apply_(self, rows: torch.Tensor, panel_rows: int = 8192) -> torch.Tensor:
-        """Normalizes contiguous 2-D ``rows`` in place (layer norm: no copy of them)."""
+    def apply_(self, rows: torch.Tensor) -> torch.Tensor:
+        """Normalizes contiguous ``rows`` in place, with no copy of them (``layer_norm_`` / ``rms_norm_``)."""
         from ..ops.layer_norm import layer_norm_
+        from ..ops.rms_norm import rms_norm_
 
         d = rows.shape[-1]
         if self.kind == "layer":
             return layer_norm_(rows, d, self.weight, self.bias, self._eps(rows.dtype))
-        # RMS norm: a panel at a time through a bounded temporary.
-        for r0 in range(0, rows.shape[0], panel_rows):
-            part = rows[r0 : r0 + panel_rows]
-            part.copy_(self(part))
-        return rows
+        return rms_norm_(rows, d, self.weight, self._eps(rows.dtype))
