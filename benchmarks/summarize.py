@@ -27,6 +27,7 @@ OPS = {
     "square_matmul": "square_matmul_",
     "softmax": "softmax_",
     "layer_norm": "layer_norm_",
+    "rms_norm": "rms_norm_",
     "trilinear fwd": "trilinear_interpolation",
     "trilinear bwd": "trilinear_interpolation_backward",
     "outer_product fwd": "outer_product",
