@@ -1,0 +1,100 @@
+"""Strategies and checks shared by the property tests (tests/test_*_properties.py).
+
+Values come from a torch generator seeded by a drawn integer, so hypothesis
+shrinks shapes, dtypes and layouts while the values stay reproducible.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from conftest import DEVICES  # noqa: F401  (re-exported for the property tests)
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# 0 and 1, small primes and powers of two with their neighbours.
+SMALL = [1, 0, 2, 3, 5, 7, 8, 13]
+MEDIUM = [16, 31, 32, 33, 64, 127, 128, 257]
+# Wide rows: past a warp's registers and past shared memory (staged and
+# two-pass row kernels on CUDA).
+WIDE = [1000, 1025, 4097, 65537]
+
+
+def sizes(*, zero: bool = True, wide: bool = False) -> st.SearchStrategy[int]:
+    pool = SMALL + MEDIUM + (WIDE if wide else [])
+    return st.sampled_from([s for s in pool if zero or s > 0])
+
+
+dtypes = st.sampled_from(DTYPES)
+seeds = st.integers(0, 2**31 - 1)
+
+
+def randn(shape, dtype, device, gen: torch.Generator, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    values = torch.randn(tuple(shape), generator=gen, dtype=torch.float64) * scale + shift
+    return values.to(dtype).to(device)
+
+
+# How a read-only input is laid out in memory; the values never change.
+LAYOUTS = ["contiguous", "transposed", "strided", "offset"]
+
+
+def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """t's values in the given layout: transposed strides, every other element
+    of a wider buffer, or a contiguous view at a storage offset."""
+    if layout == "transposed" and t.dim() >= 2:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "strided" and t.dim() >= 1:
+        wide = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype, device=t.device)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+    if layout == "offset":
+        buf = torch.full((t.numel() + 3,), float("nan"), dtype=t.dtype, device=t.device)
+        view = buf[3:].view(t.shape)
+        view.copy_(t)
+        return view
+    return t.clone()
+
+
+class Guarded:
+    """A written tensor placed inside a larger buffer, to prove that the op
+    writes nothing outside it (``intact()``)."""
+
+    PAD = 17
+
+    def __init__(self, values: torch.Tensor) -> None:
+        n = values.numel()
+        self.buffer = torch.randn(n + 2 * self.PAD, dtype=torch.float64).to(values.dtype).to(values.device)
+        self.tensor = self.buffer[self.PAD : self.PAD + n].view(values.shape)
+        self.tensor.copy_(values)
+        self._margins = [self.buffer[: self.PAD].clone(), self.buffer[self.PAD + n :].clone()]
+
+    def intact(self) -> bool:
+        n = self.tensor.numel()
+        now = [self.buffer[: self.PAD], self.buffer[self.PAD + n :]]
+        return all(same_bytes(a, b) for a, b in zip(now, self._margins))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    dense = torch.empty(t.numel(), dtype=t.dtype, device=t.device).copy_(t.detach().reshape(-1))
+    return dense.view(torch.uint8)
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN patterns included), whatever the strides."""
+    return a.shape == b.shape and torch.equal(_bytes(a), _bytes(b))
+
+
+def max_error(result: torch.Tensor, truth: torch.Tensor) -> float:
+    if result.numel() == 0:
+        return 0.0
+    return (result.detach().double().cpu() - truth.detach().double().cpu()).abs().max().item()
+
+
+def no_worse_than_torch(ours: torch.Tensor, theirs: torch.Tensor, truth: torch.Tensor, tol: float, what: str) -> None:
+    """For half types, where torch's own result is off the float64 truth by more
+    than a fixed tolerance: ours within tol (scaled by the values' magnitude) or
+    within twice torch's own error, whichever is larger."""
+    scale = max(1.0, truth.detach().abs().max().item()) if truth.numel() else 1.0
+    bound = max(tol * scale, 2 * max_error(theirs, truth))
+    err = max_error(ours, truth)
+    assert err <= bound, f"{what}: error {err:.3g} > bound {bound:.3g}"
