@@ -448,3 +448,55 @@ def test_attention_split_sequences_half_precision(device, kv_heads, past_len):
                         kv_update=_ListCache(past) if past_len else None,
                         workspace_bytes=2 * S * kv_heads * hd * 2 + 5 * per_row)
     _close(x, expected, dtype)
+
+
+# -- CUDA: the workspace bound holds ------------------------------------------------------------------
+
+
+def _cuda_peak(fn) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_mlp_stays_within_its_workspace():
+    dtype, d, inner = torch.bfloat16, 512, 2048
+    x, w1, w2, b1, b2, wg, bg = _mlp_case((8, 1024, d), inner, dtype, "cuda", gated=True, bias=True, layout="linear", seed=13)
+    norm = _norm("rms", d, dtype, "cuda", torch.Generator().manual_seed(14))
+    bound = 1024 * (d + 2 * inner) * 2  # 1024 rows of temporaries
+    kwargs = dict(activation="silu", gate_weight=wg, gate_bias=bg, norm=norm, workspace_bytes=bound)
+    with torch.no_grad():
+        residual_mlp_(x.clone(), w1, w2, b1, b2, **kwargs)  # cuBLAS's own workspace, once
+        ours = _cuda_peak(lambda: residual_mlp_(x, w1, w2, b1, b2, **kwargs))
+        h = _rms_torch(x, norm)
+        eager = _cuda_peak(lambda: x + torch.nn.functional.linear(
+            torch.nn.functional.silu(torch.nn.functional.linear(h, wg, bg)) * torch.nn.functional.linear(h, w1, b1), w2, b2))
+    assert ours <= bound + (1 << 20), (ours, bound)
+    assert eager >= 4 * ours
+
+
+def _rms_torch(x, norm):
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("rows", [None, 512])
+def test_cuda_attention_stays_within_its_workspace(rows):
+    dtype, B, S, d, heads, kv_heads = torch.bfloat16, 8, 2048, 512, 8, 2
+    x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, "cuda", bias=True, layout="linear", rotary=True, seed=15)
+    norm = _norm("layer", d, dtype, "cuda", torch.Generator().manual_seed(16))
+    per_row = (d + 3 * d) * 2  # normalized row, q, attention output, rotary scratch
+    per_seq = 2 * S * (kv_heads * d // heads) * 2
+    bound = per_seq + (S if rows is None else rows) * per_row
+    kwargs = dict(**_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=True, rotary=rot,
+                  workspace_bytes=bound)
+    with torch.no_grad():
+        residual_attention_(x.clone(), **kwargs)
+        ours = _cuda_peak(lambda: residual_attention_(x, **kwargs))
+    # The flash kernel's logsumexp and the causal bias's bookkeeping come on top: well under a MiB here.
+    assert ours <= bound + (1 << 20), (ours, bound)
+    assert ours < x.nbytes  # less than one copy of the residual stream
