@@ -1,10 +1,7 @@
 """rms_norm_ against torch.nn.functional.rms_norm (eager, and torch.compile on CUDA).
 
-Shapes: (rows, cols) in {(262144, 1024), (32768, 2048), (16384, 4096),
-(4096, 16384), (1024, 65536), (262144, 128)} plus (256, 262144) for the
-CTA-per-row path, bfloat16, float16 and float32, with a weight (as
-transformers' RMSNorm). Throughput counts one read and one write of x, against
-the card's copy bandwidth.
+The row-wise shapes of bench_layer_norm.py, with a weight (as nn.RMSNorm).
+Throughput counts one read and one write of x, against the card's copy bandwidth.
 """
 
 import pytest
@@ -18,12 +15,12 @@ if SHORT:
     SHAPES = [(256, 1024), (64, 4097), (4096, 32)]
     DTYPES = [torch.float32]
 else:
-    SHAPES = [(262144, 1024), (32768, 2048), (16384, 4096), (4096, 16384), (1024, 65536), (262144, 128), (256, 262144)]
+    SHAPES = [(262144, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (262144, 128), (4194304, 32), (256, 262144)]
     DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+    return F.rms_norm(x, (x.shape[-1],), w)
 
 
 @pytest.mark.parametrize("impl", ["torch", "torch.compile", "make_inplace"])
@@ -33,15 +30,16 @@ def test_rms_norm(benchmark, rows, cols, dtype, impl):
     if impl == "torch.compile" and SHORT:
         pytest.skip("torch.compile rows run in the full (GPU) mode")
     torch.manual_seed(0)
-    w = torch.randn(cols, device=DEVICE, dtype=dtype)
+    # Weights near 1: repeated application in place stays finite and nonzero.
+    w = 1 + 0.1 * torch.randn(cols, device=DEVICE, dtype=dtype)
 
     def make_inputs():
         return (torch.randn(rows, cols, device=DEVICE, dtype=dtype), w)
 
     if impl == "make_inplace":
 
-        def fn(x, w):  # repeated application stays finite: normalize, then the same scale
-            return make_inplace.rms_norm_(x, cols, w, 1e-6)
+        def fn(x, w):
+            return make_inplace.rms_norm_(x, cols, w)
 
     elif impl == "torch.compile":
         fn = compiled(_rms_norm)
