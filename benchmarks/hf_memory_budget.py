@@ -22,6 +22,8 @@ and the median forward time. Then:
     python benchmarks/hf_memory_budget.py --quick --out /tmp/hfmb          # < 9 min on an H100
     python benchmarks/hf_memory_budget.py --out /tmp/hfmb                  # more lengths, compile at three
     python benchmarks/hf_memory_budget.py --from-json /tmp/hfmb/hf_memory_budget.json   # tables and plot again
+    python benchmarks/hf_memory_budget.py --quick --modes compile --merge /tmp/hfmb/hf_memory_budget.json --out /tmp/hfmb2
+      (a second command adds the compile points to a first run's: two device commands instead of one)
 
 ``--quick``: three lengths per family for eager and converted, compile only at
 the issue's shape, and a deadline after which remaining points are skipped
@@ -364,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="issue", help="model size (tiny/small: a smoke test of this script)")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test (no memory figures)")
     parser.add_argument("--from-json", default=None, help="write tables and plot from a saved run; runs nothing")
+    parser.add_argument("--merge", default=None, help="a saved run's JSON whose points join this run's (this run's win)")
     args = parser.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
@@ -376,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick and args.deadline_s is None:
             args.deadline_s = 480.0
         result = run(args)
+    if args.merge:
+        with open(args.merge) as f:
+            earlier = json.load(f)
+        key = lambda p: (p["family"], p["mode"], p["value"])  # noqa: E731
+        mine = {key(p) for p in result["points"]}
+        result["points"] = [p for p in earlier["points"] if key(p) not in mine] + result["points"]
+        result["summary"] = summarize(result)
     print(markdown(result))
     for path in write(result, args.out, args.results_dir):
         print("wrote", path)
