@@ -2,7 +2,7 @@
 
 The PyTorch op ``square_matmul_`` writes over x; here MindSpore owns the
 output, so the bridge copies x into y and runs the same row-at-a-time (CPU) or
-fused zero-workspace (CUDA) kernel on y.
+zero-workspace "waves" (CUDA) kernel on y.
 """
 
 from __future__ import annotations
