@@ -8,7 +8,7 @@ make_inplace.hf.measure``): activation memory = peak ``max_memory_allocated``
 during one forward minus ``memory_allocated`` before it (reserved likewise),
 and the median forward time. Then:
 
-* per family at the issue's shape: the three modes side by side, converted
+* per family at the reference shape: the three modes side by side, converted
   memory / the better of eager and compile (target <= 0.35), eager time /
   converted time (target >= 0.9), and the converted output's error against
   eager (bf16);
@@ -26,7 +26,7 @@ and the median forward time. Then:
       (a second command adds the compile points to a first run's: two device commands instead of one)
 
 ``--quick``: three lengths per family for eager and converted, compile only at
-the issue's shape, and a deadline after which remaining points are skipped
+the reference shape, and a deadline after which remaining points are skipped
 (recorded as skipped).
 """
 
@@ -45,7 +45,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from make_inplace.hf.models import DESCRIPTIONS, FAMILIES, ISSUE_POINTS, sweeps_batch  # noqa: E402
+from make_inplace.hf.models import DESCRIPTIONS, FAMILIES, REFERENCE_POINTS, sweeps_batch  # noqa: E402
 
 MODES = ("eager", "compile", "converted")
 MiB = 1 << 20
@@ -54,25 +54,25 @@ TARGET_MEMORY, TARGET_SPEED = 0.35, 0.9
 
 
 def sweep(family: str, quick: bool) -> list[int]:
-    """Sequence lengths (ViT: batch sizes) in increasing order; the issue's point is among them."""
-    batch, seq = ISSUE_POINTS[family]
-    issue = batch if sweeps_batch(family) else seq
+    """Sequence lengths (ViT: batch sizes) in increasing order; the reference point is among them."""
+    batch, seq = REFERENCE_POINTS[family]
+    reference = batch if sweeps_batch(family) else seq
     factors = (0.25, 0.5, 1) if quick else (0.25, 0.5, 1, 2, 4)
-    return sorted({max(1, int(issue * f)) for f in factors})
+    return sorted({max(1, int(reference * f)) for f in factors})
 
 
-def issue_value(family: str) -> int:
-    batch, seq = ISSUE_POINTS[family]
+def reference_value(family: str) -> int:
+    batch, seq = REFERENCE_POINTS[family]
     return batch if sweeps_batch(family) else seq
 
 
 def shape_of(family: str, value: int) -> tuple[int, int | None]:
-    batch, seq = ISSUE_POINTS[family]
+    batch, seq = REFERENCE_POINTS[family]
     return (value, None) if sweeps_batch(family) else (batch, value)
 
 
 def run_point(family: str, mode: str, value: int, *, reps: int, sample: str | None, timeout: int,
-              size: str = "issue", device: str = "cuda") -> dict:
+              size: str = "reference", device: str = "cuda") -> dict:
     """One point in a fresh process."""
     batch, seq = shape_of(family, value)
     cmd = [sys.executable, "-m", "make_inplace.hf.measure", "--family", family, "--mode", mode, "--size", size,
@@ -152,18 +152,18 @@ def run(args) -> dict:
     samples = tempfile.mkdtemp(prefix="hf_samples_")
     points: list[dict] = []
     plan = []
-    # Issue shape first (the headline), then the other lengths, compile last (it compiles for minutes).
+    # Reference shape first (the headline), then the other lengths, compile last (it compiles for minutes).
     for family in families:
         for mode in modes:
             if mode != "compile":
-                plan.append((0, family, mode, issue_value(family)))
+                plan.append((0, family, mode, reference_value(family)))
     for family in families:
         for mode in modes:
             values = sweep(family, args.quick)
             if mode == "compile":
-                values = [issue_value(family)] if args.quick else [v for v in values if v <= issue_value(family)]
+                values = [reference_value(family)] if args.quick else [v for v in values if v <= reference_value(family)]
             for v in values:
-                if mode == "compile" or v != issue_value(family):
+                if mode == "compile" or v != reference_value(family):
                     plan.append((2 if mode == "compile" else 1, family, mode, v))
     plan.sort(key=lambda t: t[0])
     # Smallest value per (family, mode) that did not fit the largest budget: longer ones are not run.
@@ -178,7 +178,7 @@ def run(args) -> dict:
             points.append({**base, "status": "skipped (deadline)"})
             print(f"{family:6s} {mode:9s} {value:7d} skipped: deadline", flush=True)
             continue
-        sample = os.path.join(samples, f"{family}_{mode}.pt") if value == issue_value(family) and mode != "compile" else None
+        sample = os.path.join(samples, f"{family}_{mode}.pt") if value == reference_value(family) and mode != "compile" else None
         timeout = 420 if mode == "compile" else 240
         p = run_point(family, mode, value, reps=reps, sample=sample, timeout=timeout, size=args.size, device=args.device)
         if sample and p.get("status") == "ok":
@@ -203,8 +203,8 @@ def summarize(result: dict) -> list[dict]:
         fam = [p for p in points if p["family"] == family]
         if not fam:
             continue
-        at = {m: next((p for p in fam if p["mode"] == m and p["value"] == issue_value(family)), None) for m in MODES}
-        row = {"family": family, "description": DESCRIPTIONS[family], "issue_value": issue_value(family),
+        at = {m: next((p for p in fam if p["mode"] == m and p["value"] == reference_value(family)), None) for m in MODES}
+        row = {"family": family, "description": DESCRIPTIONS[family], "reference_value": reference_value(family),
                "sweeps": "batch" if sweeps_batch(family) else "seq_len"}
         for m in MODES:
             p = at[m] or {}
@@ -256,11 +256,11 @@ def markdown(result: dict) -> str:
         "(reserved in brackets); a unit is tokens x hidden x 2 bytes. Targets: converted memory <= "
         f"{TARGET_MEMORY} x the better of eager and compile; converted speed >= {TARGET_SPEED} x eager.",
         "",
-        "| family | issue shape | eager MiB (res.) | compile MiB (res.) | converted MiB (res.) | units e/c/conv | mem ratio | eager ms | compile ms | converted ms | speed vs eager | bf16 rel err |",
+        "| family | reference shape | eager MiB (res.) | compile MiB (res.) | converted MiB (res.) | units e/c/conv | mem ratio | eager ms | compile ms | converted ms | speed vs eager | bf16 rel err |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["summary"]:
-        batch, seq = ISSUE_POINTS[r["family"]]
+        batch, seq = REFERENCE_POINTS[r["family"]]
         shape = f"{batch} x {seq}" if seq else f"{batch} images"
         cell = lambda m: f"{_f(r[m + '_mib'], 0)} ({_f(r[m + '_reserved_mib'], 0)})"  # noqa: E731
         units = "/".join(_f(r[f"{m}_units"], 1) for m in ("eager", "compile", "converted"))
@@ -357,13 +357,13 @@ def plot(result: dict, path: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="folder for hf_memory_budget.json")
-    parser.add_argument("--quick", action="store_true", help="three lengths, compile at the issue's shape, a deadline")
+    parser.add_argument("--quick", action="store_true", help="three lengths, compile at the reference shape, a deadline")
     parser.add_argument("--families", type=lambda t: t.split(","), default=list(FAMILIES))
     parser.add_argument("--modes", type=lambda t: t.split(","), default=list(MODES))
     parser.add_argument("--budgets", type=lambda t: [float(v) for v in t.split(",")], default=[8.0, 16.0])
     parser.add_argument("--deadline-s", type=float, default=None, help="skip points after this many seconds (--quick: 480)")
     parser.add_argument("--results-dir", default=os.path.join(ROOT, "benchmarks", "results"))
-    parser.add_argument("--size", default="issue", help="model size (tiny/small: a smoke test of this script)")
+    parser.add_argument("--size", default="reference", help="model size (tiny/small: a smoke test of this script)")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test (no memory figures)")
     parser.add_argument("--from-json", default=None, help="write tables and plot from a saved run; runs nothing")
     parser.add_argument("--merge", default=None, help="a saved run's JSON whose points join this run's (this run's win)")

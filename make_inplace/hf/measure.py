@@ -2,7 +2,7 @@
 
 Run as a fresh process per point (the benchmark and the GPU tests do)::
 
-    python -m make_inplace.hf.measure --family bert --mode converted --size issue --batch 8 --seq-len 4096
+    python -m make_inplace.hf.measure --family bert --mode converted --size reference --batch 8 --seq-len 4096
 
 prints one JSON line. Activation memory is the peak ``max_memory_allocated``
 during one forward minus ``memory_allocated`` just before it (weights and
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--family", required=True)
     parser.add_argument("--mode", required=True, choices=MODES)
-    parser.add_argument("--size", default="issue")
+    parser.add_argument("--size", default="reference")
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--seq-len", type=int, default=None)
     parser.add_argument("--dtype", default="bfloat16")

@@ -1,7 +1,7 @@
 """Model configurations the benchmark, the main job and the tests build (random weights, nothing downloaded).
 
-Four families at three sizes: ``"issue"`` (the shapes of the in-place
-inference issue: BERT-large, GPT-2 medium, a Llama-style 1B with GQA 32/8,
+Four families at three sizes: ``"reference"`` (the workloads the memory
+targets are stated for: BERT-large, GPT-2 medium, a Llama-style 1B with GQA 32/8,
 ViT-L/14 at 448 px), ``"small"`` (a fast GPU check) and ``"tiny"`` (2 layers,
 d = 64, for CPU tests).
 
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 FAMILIES = ("bert", "gpt2", "llama", "vit")
-SIZES = ("tiny", "small", "issue")
+SIZES = ("tiny", "small", "reference")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Shape:
 
 
 SHAPES = {
-    "issue": {
+    "reference": {
         "bert": Shape(1024, 24, 16, 16, 4096),
         "gpt2": Shape(1024, 24, 16, 16, 4096),
         "llama": Shape(2048, 16, 32, 8, 8192),
@@ -51,11 +51,11 @@ SHAPES = {
     "tiny": {f: Shape(64, 2, 4, 2 if f == "llama" else 4, 160 if f == "llama" else 128) for f in FAMILIES},
 }
 
-# The issue's workload per family: batch x sequence (ViT: images of IMAGE_SIZE px, patch PATCH).
-ISSUE_POINTS = {"bert": (8, 4096), "gpt2": (8, 2048), "llama": (4, 8192), "vit": (32, None)}
-IMAGE_SIZE = {"issue": 448, "small": 224, "tiny": 32}
-PATCH = {"issue": 14, "small": 16, "tiny": 8}
-VOCAB = {"issue": 32000, "small": 1000, "tiny": 99}
+# The reference workload per family: batch x sequence (ViT: images of IMAGE_SIZE px, patch PATCH).
+REFERENCE_POINTS = {"bert": (8, 4096), "gpt2": (8, 2048), "llama": (4, 8192), "vit": (32, None)}
+IMAGE_SIZE = {"reference": 448, "small": 224, "tiny": 32}
+PATCH = {"reference": 14, "small": 16, "tiny": 8}
+VOCAB = {"reference": 32000, "small": 1000, "tiny": 99}
 DESCRIPTIONS = {
     "bert": "BERT-large-like encoder (post-norm)",
     "gpt2": "GPT-2 medium-like decoder (Conv1D, fused QKV)",
