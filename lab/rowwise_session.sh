@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Row-wise sweep session on the device machine: the carried library, then
-# lab/sweep_rowwise.py once per setting (SETTINGS, space-separated
-# VAR=value for a build that reads such a variable, "default" for none) and
-# ncu over PROFILE cases (optional). The only such variable in the library
-# now is MAKE_INPLACE_STAGED_ROWS=0 (no staged kernels).
-#   OUT=... PREBUILT=... SETTINGS="default MAKE_INPLACE_STAGED_ROWS=0" PROFILE="softmax:bf16:16384x4096" bash lab/rowwise_session.sh
+# lab/sweep_rowwise.py once per setting (SETTINGS, space-separated: "default",
+# or a sweep_rowwise.py flag without its dashes, which also tags the run) and
+# ncu over PROFILE cases (optional). The one such flag is no-staged-rows:
+# softmax_/layer_norm_ without their staged-rows kernels, forced through
+# make_inplace._testing.forced_route (it replaces MAKE_INPLACE_STAGED_ROWS=0;
+# the library reads no environment variables for this any more).
+#   OUT=... PREBUILT=... SETTINGS="default no-staged-rows" PROFILE="softmax:bf16:16384x4096" bash lab/rowwise_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/make_inplace_out}
@@ -16,8 +18,10 @@ echo "commit ${COMMIT:-unknown} torch $(python -c 'import torch; print(torch.__v
 for s in ${SETTINGS:-default}; do
   if [ "$s" = default ]; then
     python lab/sweep_rowwise.py --tag default --out "$OUT/sweep.jsonl" ${SWEEP_ARGS:-}
+  elif [[ "$s" == *=* ]]; then
+    echo "setting $s: the library reads no environment variables; name a sweep_rowwise.py flag (no-staged-rows)"
   else
-    env "$s" python lab/sweep_rowwise.py --tag "${s#MAKE_INPLACE_}" --out "$OUT/sweep.jsonl" --no-torch ${VARIANT_ARGS:-}
+    python lab/sweep_rowwise.py --tag "$s" --"$s" --out "$OUT/sweep.jsonl" --no-torch ${VARIANT_ARGS:-}
   fi
 done 2>&1 | tee "$OUT/sweep.txt"
 if [ -n "${PROFILE:-}" ]; then

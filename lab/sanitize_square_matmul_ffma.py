@@ -3,23 +3,29 @@
 layouts, partial row-blocks, partial column tiles and k-slices, groups of 1-17
 CTAs, more row-blocks than groups.
 
+The kernel and its mode are forced with make_inplace._testing.forced_route
+(docs/routing.md), whatever the policy's tile thresholds say; TF32 stays off
+(the FFMA kernel does not run with it allowed). A forced mode that cannot run a
+case (clusters before sm_90, groups that do not fit) leaves it to the policy.
+
     compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_ffma.py
     compute-sanitizer --tool racecheck python lab/sanitize_square_matmul_ffma.py
 """
 
-import os
-
 import torch
 
 import make_inplace
+from make_inplace._testing import forced_route
 
-os.environ["MAKE_INPLACE_FFMA_MIN_TILES"] = "0"
+torch.backends.cuda.matmul.allow_tf32 = False
+MODES = {0: "ffma_clusters", 4 << 20: "ffma_counted"}  # workspace bound -> mode
 cases = [(300, 1024, False), (257, 2052, True), (130, 100, False), (40000, 36, True)]
 for workspace, rows, n, t in [(4 << 20, *c) for c in cases] + [(0, *c) for c in cases if c[1] <= 2048]:
     x = torch.randn(rows, n, device="cuda")
     w = torch.randn(n, n, device="cuda") / n**0.5
     b = torch.randn(n, device="cuda")
     ref = x.double() @ (w.double().t() if t else w.double()) + b.double()
-    make_inplace.square_matmul_(x, w, b, transpose=t, workspace_bytes=workspace)
+    with forced_route(MODES[workspace]):
+        make_inplace.square_matmul_(x, w, b, transpose=t, workspace_bytes=workspace)
     torch.cuda.synchronize()
     print(workspace, rows, n, t, ((x.double() - ref).norm() / ref.norm()).item())

@@ -9,10 +9,13 @@ GB/s counts one read and one write of x. Each case also checks the result
 against torch in float32 (the first call, from fresh random inputs), so a
 configuration that is fast but wrong shows.
 
-Settings that the library reads from the environment (for sweeps) can be
-compared by running this script once per setting, ``--tag`` naming it.
+Kernel choices forced through make_inplace._testing.forced_route
+(docs/routing.md) can be compared by running this script once per setting,
+``--tag`` naming it: ``--no-staged-rows`` keeps softmax_ and layer_norm_ off
+their staged-rows (shared-memory ring) kernels.
 
     python lab/sweep_rowwise.py --out sweep.json --tag default
+    python lab/sweep_rowwise.py --out sweep.json --tag no-staged-rows --no-staged-rows --no-torch
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import statistics
 import torch
 
 import make_inplace
+from make_inplace._testing import forced_route
 
 SHAPES = [(262144, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (262144, 128), (4194304, 32)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -71,10 +75,23 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--burst", type=int, default=20)
     parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--staged-rows", action=argparse.BooleanOptionalAction, default=True,
+                        help="--no-staged-rows: softmax_/layer_norm_ without their staged-rows kernels "
+                             "(forced_route(staged_rows=False))")
     parser.add_argument("--tag", default="default")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    with forced_route(staged_rows=args.staged_rows):
+        rows_out = sweep(args, shapes)
+    if args.out:
+        meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "staged_rows": args.staged_rows}
+        with open(args.out, "a") as f:
+            f.write(json.dumps({"meta": meta, "rows": rows_out}) + "\n")
+
+
+def sweep(args: argparse.Namespace, shapes) -> list[dict]:
+    """Measures every (op, dtype, shape) case; prints a line and returns a row for each."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows_out = []
     print(f"{'tag':10} {'op':10} {'dtype':5} {'shape':>16} {'ours q GB/s':>11} {'sync':>6} "
@@ -107,10 +124,7 @@ def main() -> None:
                       f"{r_queue / t_queue:7.2f} {r_sync / t_sync:7.2f} {err:8.1e}{'' if row['ok'] else ' WRONG'}",
                       flush=True)
                 del x
-    if args.out:
-        meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
-        with open(args.out, "a") as f:
-            f.write(json.dumps({"meta": meta, "rows": rows_out}) + "\n")
+    return rows_out
 
 
 if __name__ == "__main__":

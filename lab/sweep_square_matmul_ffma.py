@@ -4,10 +4,12 @@ counted mode (row-block counters, a bound of 2 MiB or more) and in cluster mode
 ``torch.matmul(x, w)`` in the same run, with its peak extra memory from a cold
 allocator and its error against float64.
 
-The routes are forced with the environment switches the CUDA binding reads
-per call: MAKE_INPLACE_FFMA_MIN_TILES (0: the FFMA kernel at any size; huge:
-never) and MAKE_INPLACE_FFMA_PANELS_FROM_N (the width from which a contiguous
-panel buffer keeps cuBLAS; huge: never).
+The routes are forced with make_inplace._testing.forced_route (docs/routing.md):
+"ffma_counted" and "ffma_clusters" run the FFMA kernel at any size and width
+(the policy's tile thresholds and its panel preference from n = 4096 are
+skipped), "panels" runs cuBLAS on row panels whatever they pay. A forced route
+that cannot run a shape (panels under a 2 MiB bound, as the default bound of a
+small x; clusters for n > 2048 or before sm_90) leaves it to the policy.
 
     python lab/sweep_square_matmul_ffma.py [--shapes 40000x1024,...]
 """
@@ -15,21 +17,20 @@ panel buffer keeps cuBLAS; huge: never).
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
 import make_inplace
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_error, time_ms
+from make_inplace._testing import forced_route
 
-NEVER = str(1 << 62)
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),
           (4096, 1024), (8192, 2048), (20000, 776), (4097, 8192)]
-ROUTES = {
-    "default": ({}, None),
-    "ffma counted": (dict(MAKE_INPLACE_FFMA_MIN_TILES="0", MAKE_INPLACE_FFMA_PANELS_FROM_N=NEVER), 64 << 20),
-    "ffma clusters": (dict(MAKE_INPLACE_FFMA_MIN_TILES="0"), 0),
-    "panels": (dict(MAKE_INPLACE_FFMA_MIN_TILES=NEVER), None),
+ROUTES = {  # label: (forced route, workspace_bytes)
+    "default": (None, None),
+    "ffma counted": ("ffma_counted", 64 << 20),
+    "ffma clusters": ("ffma_clusters", 0),
+    "panels": ("panels", None),
 }
 
 
@@ -49,19 +50,14 @@ def main() -> None:
         t_torch = time_ms(lambda: torch.matmul(x0, w), device)
         print(f"({rows}, {n}) torch.matmul {t_torch:.3f} ms {flops / t_torch / 1e9:.1f} TFLOP/s")
         expected = (x0.double() @ w.double().t() + b.double())
-        for name, (env, workspace) in ROUTES.items():
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+        for name, (route, workspace) in ROUTES.items():
+            with forced_route(route):
                 x = x0.clone()
                 make_inplace.square_matmul_(x, w, b, transpose=True, workspace_bytes=workspace)
                 err = relative_error(x, expected)
                 fresh_cuda_memory()
                 peak = cuda_peak_extra(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace))
                 t = time_ms(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace), device)
-            finally:
-                for k, v in saved.items():
-                    os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
             print(f"  {name:14s} {t:8.3f} ms  {flops / t / 1e9:5.1f} TFLOP/s  {t_torch / t:5.3f}x torch"
                   f"  extra res/alloc {peak.reserved / 2**20:.1f}/{peak.allocated / 2**20:.1f} MiB  err {err:.1e}")
 

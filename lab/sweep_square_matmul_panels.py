@@ -5,14 +5,16 @@ For each (rows, n, dtype) and each route setting, checks the default mode
 (bias and the transposed weight on), measures its peak extra reserved and
 allocated memory from a cold allocator, and times it against
 ``torch.matmul(x, w)`` and the zero-workspace waves kernel
-(``workspace_bytes=0``) with CUDA events. The settings are the environment
-switches the CUDA binding reads per call:
+(``workspace_bytes=0``) with CUDA events. The settings are forced with
+make_inplace._testing.forced_route (docs/routing.md):
 
-- MAKE_INPLACE_PANEL_BATCHED: 1 (default; one batched cuBLAS call per panel
-  over its 1 MiB blocks) or 0 (one GEMM per block)
-- MAKE_INPLACE_PANEL_MIN_TILES: the panel size (in 128x128 result tiles)
-  below which the waves kernel runs instead (default 96; 0 takes the panels
-  at any size the bound allows)
+- "default": the routing policy's choice (docs/routing.md): the panels where
+  they pay, one batched cuBLAS call per panel over its workspace blocks
+- "per-block": ``forced_route(panels_batched=False)``, the policy's choice with
+  one GEMM per workspace block wherever the panels run
+- "any size": ``forced_route("panels")``, the panels at any size the bound
+  allows (a bound of 2 MiB and room for a row), also where the policy would run
+  the wgmma or FFMA kernel; under a 2 MiB bound the policy decides
 
     python lab/sweep_square_matmul_panels.py --out panels.json
 """
@@ -28,24 +30,19 @@ import torch
 
 import make_inplace
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
+from make_inplace._testing import forced_route
 from sweep_square_matmul_waves import time_ms, write_results  # time_ms: median of `reps` event-timed calls fn(i)
 
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),
           (16384, 1024), (4097, 8192), (20000, 777), (65536, 1030)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-SETTINGS = {
+SETTINGS = {  # label: forced_route's arguments
     "default": {},
-    "per-block": dict(MAKE_INPLACE_PANEL_BATCHED="0"),
-    "any size": dict(MAKE_INPLACE_PANEL_MIN_TILES="0"),
+    "per-block": dict(panels_batched=False),
+    "any size": dict(route="panels"),
 }
 TOLERANCE = {torch.bfloat16: 1.2e-2, torch.float16: 2e-3, torch.float32: 2e-5}
 L2_BYTES = 50 << 20
-
-
-def use(setting: dict) -> None:
-    for key in ("MAKE_INPLACE_PANEL_BATCHED", "MAKE_INPLACE_PANEL_MIN_TILES"):
-        os.environ.pop(key, None)
-    os.environ.update(setting)
 
 
 def check(rows, n, dtype, gen):
@@ -90,10 +87,10 @@ def main() -> int:
             line = f"{rows:6d} {n:5d} {name:>9} bound {bound / 2**20:5.2f} MiB  torch {torch_ms:7.3f}  waves {torch_ms / waves_ms:5.2f}x"
             rec = dict(rows=rows, n=n, dtype=name, bound_bytes=bound, torch_ms=torch_ms, waves_ms=waves_ms, settings={})
             for label, setting in SETTINGS.items():
-                use(setting)
                 try:
-                    ms = time_ms(lambda i: make_inplace.square_matmul_(xs[i % copies], w), args.reps)
-                    rel, peak = check(rows, n, dtype, gen)
+                    with forced_route(**setting):
+                        ms = time_ms(lambda i: make_inplace.square_matmul_(xs[i % copies], w), args.reps)
+                        rel, peak = check(rows, n, dtype, gen)
                     ok = rel <= TOLERANCE[dtype] and peak.reserved <= bound and peak.allocated <= bound
                     rec["settings"][label] = dict(ms=ms, ratio=torch_ms / ms, rel_err=rel, reserved=peak.reserved,
                                                   allocated=peak.allocated, ok=ok)
@@ -103,7 +100,6 @@ def main() -> int:
                     rec["settings"][label] = dict(ok=False, error=f"{type(exc).__name__}: {exc}")
                     line += f" | {label} ERROR {exc}"
                 failures += not ok
-            use({})
             if not all(bool(torch.isfinite(t).all()) for t in xs):
                 line += " NON-FINITE"
                 failures += 1
