@@ -13,12 +13,12 @@ CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
-# Property tests (tests/test_*_properties.py). "ci", the default: few, fixed
+# Property tests (tests/test_*_properties.py). "ci", the default: 50 fixed
 # examples, so the suite stays fast on two cores and CI is reproducible. "gpu":
 # many random examples on every device present, for the GPU machine; select it
 # with MAKE_INPLACE_HYPOTHESIS_PROFILE=gpu or pytest --hypothesis-profile=gpu.
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True, database=None,
+settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True, database=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.register_profile("gpu", max_examples=200, deadline=None, database=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)

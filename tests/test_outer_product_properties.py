@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import make_inplace
-from _properties import DEVICES, Guarded, dtypes, randn, same_bytes, seeds, sizes, with_layout
+from _properties import DEVICES, Guarded, capped, dtypes, randn, same_bytes, seeds, sizes, with_layout
 
 # The tolerances of tests/test_outer_product.py (atol scaled by sqrt(length) for sums).
 TOL = {
@@ -46,6 +46,7 @@ def outer_inputs(draw, device, dtype=None):
         # One wide side at a time, few batches: the product is the allocation.
         n, m = (n, min(m, 3)) if draw(st.booleans()) else (min(n, 3), m)
         lead = [min(s, 2) for s in lead]
+    *lead, n, m = capped([*lead, n, m], cap=1 << 21)
     gen = torch.Generator().manual_seed(draw(seeds))
     a = _laid_out([*lead, n], dtype, device, gen, draw(st.sampled_from(LAYOUTS)))
     b = _laid_out([*lead, m], dtype, device, gen, draw(st.sampled_from(LAYOUTS)))
