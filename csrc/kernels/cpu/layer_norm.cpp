@@ -1,14 +1,20 @@
-// layer_norm_ and its backward on the CPU, torch-free. Sums accumulate in
-// double (cheap on the CPU; exact enough for every dtype at any width); the
-// statistics are stored in the accumulation type of the kernel contract
-// (float, or double for float64).
+// layer_norm_ and its backward on the CPU, torch-free. The forward of float,
+// float16 and bfloat16 runs in float32 vectors (cpu_vec.h): two passes for the
+// mean and the centred variance, blocks of each row summed in double
+// (cpu_rows.h), then one pass writing the output; float64 keeps double math.
+// The backward sums in double for every dtype. The statistics are stored in
+// the accumulation type of the kernel contract (float, or double for
+// float64). Rows, and the backward's column blocks, go to the registered
+// parallel-for (cpu_parallel.h); no heap memory.
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
-#include <vector>
 
+#include "cpu_rows.h"
+#include "make_inplace/kernels/cpu_parallel.h"
 #include "make_inplace/kernels/layer_norm.h"
 
 namespace make_inplace::kernels {
@@ -24,34 +30,75 @@ double clamped(T w) {
   return v > -kLayerNormWeightClamp ? -kLayerNormWeightClamp : v;
 }
 
-template <typename T>
-void forward(T* x, const T* w, const T* b, int64_t rows, int64_t n, double eps,
-             stat_t<T>* mean_out, stat_t<T>* rstd_out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    T* row = x + r * n;
+// float64: double math, one element at a time.
+void forward_double(double* x, const double* w, const double* b, int64_t n, double eps, double* mean_out,
+                    double* rstd_out, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    double* row = x + r * n;
     double sum = 0;
-    for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(row[j]);
+    for (int64_t j = 0; j < n; ++j) sum += row[j];
     const double mean = sum / static_cast<double>(n);
     double sq = 0;
+    for (int64_t j = 0; j < n; ++j) sq += (row[j] - mean) * (row[j] - mean);
+    const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
     for (int64_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(row[j]) - mean;
-      sq += d * d;
+      double v = (row[j] - mean) * rstd;
+      if (w) v *= w[j];
+      if (b) v += b[j];
+      row[j] = v;
     }
-    // rstd rounded to the stored type first, so the output and the saved rstd
-    // the backward uses agree.
-    const stat_t<T> rstd =
-        static_cast<stat_t<T>>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
-    for (int64_t j = 0; j < n; ++j) {
-      double v = (static_cast<double>(row[j]) - mean) * static_cast<double>(rstd);
-      if (w) v *= static_cast<double>(w[j]);
-      if (b) v += static_cast<double>(b[j]);
-      row[j] = static_cast<T>(v);
-    }
-    if (mean_out) mean_out[r] = static_cast<stat_t<T>>(mean);
+    if (mean_out) mean_out[r] = mean;
     if (rstd_out) rstd_out[r] = rstd;
   }
 }
+
+struct ForwardCall {
+  void* x;
+  const void* w;
+  const void* b;
+  int64_t n;
+  double eps;
+  float* mean;
+  float* rstd;
+};
+
+// float, float16, bfloat16: float32 vectors.
+template <typename T>
+struct Forward {
+  template <typename V>
+  static void run(const ForwardCall* c, int64_t begin, int64_t end) {
+    const T* w = static_cast<const T*>(c->w);
+    const T* b = static_cast<const T*>(c->b);
+    const int64_t n = c->n;
+    for (int64_t r = begin; r < end; ++r) {
+      T* row = static_cast<T*>(c->x) + r * n;
+      // Summed shifted by the row's first element, so float lanes add values
+      // of the row's spread, not of its mean (1e3 + N(0, 1) stays accurate).
+      const float shift = static_cast<float>(row[0]);
+      const V vshift = V::broadcast(shift);
+      const double mean =
+          shift + cpu::row_sum<V>(row, n, [&](V v) { return v - vshift; }) / static_cast<double>(n);
+      // The mean as a float plus a float remainder: x - hi is exact for x near
+      // the mean.
+      const float hi = static_cast<float>(mean);
+      const V mean_hi = V::broadcast(hi), mean_lo = V::broadcast(static_cast<float>(mean - hi));
+      auto centred = [&](V v) { return (v - mean_hi) - mean_lo; };
+      const double sq = cpu::row_sum<V>(row, n, [&](V v) { return centred(v) * centred(v); });
+      // rstd rounded to the stored type first, so the output and the saved
+      // rstd the backward uses agree.
+      const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + c->eps));
+      const V vrstd = V::broadcast(rstd);
+      cpu::row_map<V>(row, row, n, [&](V v, int64_t j, int64_t count) {
+        V y = centred(v) * vrstd;
+        if (w) y = y * cpu::load_n<V>(w + j, count);
+        if (b) y = y + cpu::load_n<V>(b + j, count);
+        return y;
+      });
+      if (c->mean) c->mean[r] = static_cast<float>(mean);
+      if (c->rstd) c->rstd[r] = rstd;
+    }
+  }
+};
 
 template <typename T>
 void backward(const T* dy, const T* y, const T* w, const T* b,
@@ -65,38 +112,48 @@ void backward(const T* dy, const T* y, const T* w, const T* b,
     return v;
   };
   if (dx) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      double sum_g = 0, sum_gx = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        double g = static_cast<double>(dy[r * n + j]);
-        if (w) g *= static_cast<double>(w[j]);
-        sum_g += g;
-        sum_gx += g * x_hat(r, j);
+    cpu_parallel_for(rows, cpu_grain(4 * n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        double sum_g = 0, sum_gx = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double g = static_cast<double>(dy[r * n + j]);
+          if (w) g *= static_cast<double>(w[j]);
+          sum_g += g;
+          sum_gx += g * x_hat(r, j);
+        }
+        const double mean_g = sum_g / static_cast<double>(n);
+        const double mean_gx = sum_gx / static_cast<double>(n);
+        const double rs = static_cast<double>(rstd[r]);
+        for (int64_t j = 0; j < n; ++j) {
+          double g = static_cast<double>(dy[r * n + j]);
+          if (w) g *= static_cast<double>(w[j]);
+          dx[r * n + j] = static_cast<T>(rs * (g - mean_g - x_hat(r, j) * mean_gx));
+        }
       }
-      const double mean_g = sum_g / static_cast<double>(n);
-      const double mean_gx = sum_gx / static_cast<double>(n);
-      const double rs = static_cast<double>(rstd[r]);
-      for (int64_t j = 0; j < n; ++j) {
-        double g = static_cast<double>(dy[r * n + j]);
-        if (w) g *= static_cast<double>(w[j]);
-        dx[r * n + j] = static_cast<T>(rs * (g - mean_g - x_hat(r, j) * mean_gx));
-      }
-    }
+    });
   }
   if (dw || db) {
-    std::vector<double> acc_w(dw ? n : 0, 0.0), acc_b(db ? n : 0, 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < n; ++j) {
-        const double g = static_cast<double>(dy[r * n + j]);
-        if (dw) acc_w[j] += g * x_hat(r, j);
-        if (db) acc_b[j] += g;
+    // Column blocks in parallel, each summing over every row into stack
+    // accumulators.
+    constexpr int64_t kCols = 256;
+    const int64_t blocks = (n + kCols - 1) / kCols;
+    cpu_parallel_for(blocks, cpu_grain(4 * rows * kCols), [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const int64_t j0 = blk * kCols, cnt = std::min(kCols, n - j0);
+        double acc_w[kCols] = {}, acc_b[kCols] = {};
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cnt; ++c) {
+            const double g = static_cast<double>(dy[r * n + j0 + c]);
+            if (dw) acc_w[c] += g * x_hat(r, j0 + c);
+            if (db) acc_b[c] += g;
+          }
+        }
+        for (int64_t c = 0; c < cnt; ++c) {
+          if (dw) dw[j0 + c] = static_cast<T>(acc_w[c]);
+          if (db) db[j0 + c] = static_cast<T>(acc_b[c]);
+        }
       }
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      if (dw) dw[j] = static_cast<T>(acc_w[j]);
-      if (db) db[j] = static_cast<T>(acc_b[j]);
-    }
+    });
   }
 }
 
@@ -115,11 +172,23 @@ void dispatch(ScalarKind kind, F&& f) {
 int layer_norm_forward_cpu(ScalarKind kind, void* x, const void* weight,
                            const void* bias, int64_t rows, int64_t n,
                            double eps, void* mean, void* rstd) {
-  dispatch(kind, [&](auto tag) {
-    using T = decltype(tag);
-    forward<T>(static_cast<T*>(x), static_cast<const T*>(weight),
-               static_cast<const T*>(bias), rows, n, eps,
-               static_cast<stat_t<T>*>(mean), static_cast<stat_t<T>*>(rstd));
+  const int64_t grain = cpu_grain(4 * n);
+  if (kind == ScalarKind::kFloat64) {
+    cpu_parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+      forward_double(static_cast<double*>(x), static_cast<const double*>(weight),
+                     static_cast<const double*>(bias), n, eps, static_cast<double*>(mean),
+                     static_cast<double*>(rstd), begin, end);
+    });
+    return 0;
+  }
+  const ForwardCall call{x, weight, bias, n, eps, static_cast<float*>(mean), static_cast<float*>(rstd)};
+  cpu_parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    switch (kind) {
+      case ScalarKind::kFloat16: return cpu::run_best<Forward<c10::Half>>(&call, begin, end);
+      case ScalarKind::kBFloat16: return cpu::run_best<Forward<c10::BFloat16>>(&call, begin, end);
+      case ScalarKind::kFloat32: return cpu::run_best<Forward<float>>(&call, begin, end);
+      case ScalarKind::kFloat64: return;
+    }
   });
   return 0;
 }

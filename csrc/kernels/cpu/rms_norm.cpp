@@ -1,14 +1,20 @@
-// rms_norm_ and its backward on the CPU, torch-free. Sums accumulate in
-// double; rstd is stored in the accumulation type of the kernel contract
-// (float, or double for float64) and the output is computed from that stored
-// value, so the backward's rebuilt x_hat matches the forward.
+// rms_norm_ and its backward on the CPU, torch-free. The forward of float,
+// float16 and bfloat16 runs in float32 vectors (cpu_vec.h), each row's blocks
+// of squares summed in double (cpu_rows.h); float64 keeps double math. The
+// backward sums in double for every dtype. rstd is stored in the accumulation
+// type of the kernel contract (float, or double for float64) and the output is
+// computed from that stored value, so the backward's rebuilt x_hat matches the
+// forward. Rows, and the backward's column blocks, go to the registered
+// parallel-for (cpu_parallel.h); no heap memory.
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
-#include <vector>
 
+#include "cpu_rows.h"
+#include "make_inplace/kernels/cpu_parallel.h"
 #include "make_inplace/kernels/rms_norm.h"
 
 namespace make_inplace::kernels {
@@ -24,25 +30,46 @@ double clamped(T w) {
   return v > -kRmsNormWeightClamp ? -kRmsNormWeightClamp : v;
 }
 
-template <typename T>
-void forward(T* x, const T* w, int64_t rows, int64_t n, double eps, stat_t<T>* rstd_out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    T* row = x + r * n;
+// float64: double math, one element at a time.
+void forward_double(double* x, const double* w, int64_t n, double eps, double* rstd_out, int64_t begin,
+                    int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    double* row = x + r * n;
     double sq = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double v = static_cast<double>(row[j]);
-      sq += v * v;
-    }
-    const stat_t<T> rstd = static_cast<stat_t<T>>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
-    for (int64_t j = 0; j < n; ++j) {
-      double v = static_cast<double>(row[j]) * static_cast<double>(rstd);
-      if (w) v *= static_cast<double>(w[j]);
-      row[j] = static_cast<T>(v);
-    }
+    for (int64_t j = 0; j < n; ++j) sq += row[j] * row[j];
+    const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+    for (int64_t j = 0; j < n; ++j) row[j] = w ? row[j] * rstd * w[j] : row[j] * rstd;
     if (rstd_out) rstd_out[r] = rstd;
   }
 }
+
+struct ForwardCall {
+  void* x;
+  const void* w;
+  int64_t n;
+  double eps;
+  float* rstd;
+};
+
+// float, float16, bfloat16: float32 vectors.
+template <typename T>
+struct Forward {
+  template <typename V>
+  static void run(const ForwardCall* c, int64_t begin, int64_t end) {
+    const T* w = static_cast<const T*>(c->w);
+    const int64_t n = c->n;
+    for (int64_t r = begin; r < end; ++r) {
+      T* row = static_cast<T*>(c->x) + r * n;
+      const double sq = cpu::row_sum<V>(row, n, [](V v) { return v * v; });
+      const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + c->eps));
+      const V vrstd = V::broadcast(rstd);
+      cpu::row_map<V>(row, row, n, [&](V v, int64_t j, int64_t count) {
+        return w ? v * vrstd * cpu::load_n<V>(w + j, count) : v * vrstd;
+      });
+      if (c->rstd) c->rstd[r] = rstd;
+    }
+  }
+};
 
 template <typename T>
 void backward(const T* dy, const T* y, const T* w, const stat_t<T>* rstd, int64_t rows, int64_t n,
@@ -53,29 +80,37 @@ void backward(const T* dy, const T* y, const T* w, const stat_t<T>* rstd, int64_
     return v;
   };
   if (dx) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      double sum_gx = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        double g = static_cast<double>(dy[r * n + j]);
-        if (w) g *= static_cast<double>(w[j]);
-        sum_gx += g * x_hat(r, j);
+    cpu_parallel_for(rows, cpu_grain(4 * n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        double sum_gx = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double g = static_cast<double>(dy[r * n + j]);
+          if (w) g *= static_cast<double>(w[j]);
+          sum_gx += g * x_hat(r, j);
+        }
+        const double mean_gx = sum_gx / static_cast<double>(n);
+        const double rs = static_cast<double>(rstd[r]);
+        for (int64_t j = 0; j < n; ++j) {
+          double g = static_cast<double>(dy[r * n + j]);
+          if (w) g *= static_cast<double>(w[j]);
+          dx[r * n + j] = static_cast<T>(rs * (g - x_hat(r, j) * mean_gx));
+        }
       }
-      const double mean_gx = sum_gx / static_cast<double>(n);
-      const double rs = static_cast<double>(rstd[r]);
-      for (int64_t j = 0; j < n; ++j) {
-        double g = static_cast<double>(dy[r * n + j]);
-        if (w) g *= static_cast<double>(w[j]);
-        dx[r * n + j] = static_cast<T>(rs * (g - x_hat(r, j) * mean_gx));
-      }
-    }
+    });
   }
   if (dw) {
-    std::vector<double> acc(n, 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(dy[r * n + j]) * x_hat(r, j);
-    }
-    for (int64_t j = 0; j < n; ++j) dw[j] = static_cast<T>(acc[j]);
+    // Column blocks in parallel, each summing over every row on the stack.
+    constexpr int64_t kCols = 256;
+    const int64_t blocks = (n + kCols - 1) / kCols;
+    cpu_parallel_for(blocks, cpu_grain(4 * rows * kCols), [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const int64_t j0 = blk * kCols, cnt = std::min(kCols, n - j0);
+        double acc[kCols] = {};
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cnt; ++c) acc[c] += static_cast<double>(dy[r * n + j0 + c]) * x_hat(r, j0 + c);
+        for (int64_t c = 0; c < cnt; ++c) dw[j0 + c] = static_cast<T>(acc[c]);
+      }
+    });
   }
 }
 
@@ -93,10 +128,22 @@ void dispatch(ScalarKind kind, F&& f) {
 
 int rms_norm_forward_cpu(ScalarKind kind, void* x, const void* weight, int64_t rows, int64_t n,
                          double eps, void* rstd) {
-  dispatch(kind, [&](auto tag) {
-    using T = decltype(tag);
-    forward<T>(static_cast<T*>(x), static_cast<const T*>(weight), rows, n, eps,
-               static_cast<stat_t<T>*>(rstd));
+  const int64_t grain = cpu_grain(3 * n);
+  if (kind == ScalarKind::kFloat64) {
+    cpu_parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+      forward_double(static_cast<double*>(x), static_cast<const double*>(weight), n, eps,
+                     static_cast<double*>(rstd), begin, end);
+    });
+    return 0;
+  }
+  const ForwardCall call{x, weight, n, eps, static_cast<float*>(rstd)};
+  cpu_parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    switch (kind) {
+      case ScalarKind::kFloat16: return cpu::run_best<Forward<c10::Half>>(&call, begin, end);
+      case ScalarKind::kBFloat16: return cpu::run_best<Forward<c10::BFloat16>>(&call, begin, end);
+      case ScalarKind::kFloat32: return cpu::run_best<Forward<float>>(&call, begin, end);
+      case ScalarKind::kFloat64: return;
+    }
   });
   return 0;
 }

@@ -1,139 +1,392 @@
-// softmax_ and its backward on the CPU, torch-free. Rows (inner == 1) and
-// strided "columns" (inner > 1) share one loop nest: columns are taken in
-// blocks of kBlock so the inner loop walks contiguous memory, with the
-// per-column max and sum on the stack (no heap allocation).
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
+// softmax_ and its backward on the CPU, torch-free. The tensor is (outer, n,
+// inner) with the softmax over n. Rows (inner == 1) take one row at a time;
+// "columns" (inner > 1) take blocks of kColBlock neighbouring columns, whose
+// max and sum are vectors of per-column lanes, so every load is contiguous.
+// float, float16 and bfloat16 compute in float32 vectors (cpu_vec.h); float64
+// keeps double math, one element at a time. Chunks of rows or column blocks
+// go to the registered parallel-for (cpu_parallel.h). No heap memory: the
+// half types keep a row's exponentials in a stack buffer when it fits, and
+// compute them twice otherwise.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "cpu_rows.h"
+#include "make_inplace/kernels/cpu_parallel.h"
 #include "make_inplace/kernels/softmax.h"
 
 namespace make_inplace::kernels {
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kColBlock = 64;
+// Floats of a half-type row's exponentials kept on the stack (16 KiB).
+constexpr int64_t kRowBuffer = 4096;
 
-// double accumulation on the CPU: cheap here and keeps wide fp32 rows exact
-// to well within float32's rounding.
-using acc_t = double;
+struct Call {
+  void* x;
+  int64_t outer, n, inner;
+  double scale;
+  int64_t causal_rows;
+  const MaskLayout* mask;
+};
+
+int64_t outer_mask_offset(const MaskLayout& m, int64_t o) {
+  return mask_offset(m.outer_rank, m.outer_sizes, m.outer_strides, o);
+}
+
+// ---- float64: double math, one element at a time -------------------------
 
 // max that propagates NaN, so a row holding NaN becomes NaN as in torch.
-inline acc_t nan_max(acc_t a, acc_t b) { return (b > a || b != b) ? b : a; }
+inline double nan_max(double a, double b) { return (b > a || b != b) ? b : a; }
 
-template <typename T>
-void forward(T* x, int64_t outer, int64_t n, int64_t inner, acc_t scale,
-             int64_t causal_rows, const MaskLayout& mask) {
-  const T* mk = static_cast<const T*>(mask.data);
+void forward_double(const Call& call, int64_t begin, int64_t end) {
+  using acc_t = double;
+  double* x = static_cast<double*>(call.x);
+  const MaskLayout& mask = *call.mask;
+  const double* mk = static_cast<const double*>(mask.data);
+  const int64_t n = call.n, inner = call.inner;
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
-    T* base = x + o * n * inner;
-    // Causal: row o's query index is o % causal_rows; columns past it are out.
-    const int64_t valid = causal_rows > 0 ? std::min(n, o % causal_rows + 1) : n;
-    const int64_t m_outer =
-        mk ? mask_offset(mask.outer_rank, mask.outer_sizes, mask.outer_strides, o) : 0;
-    for (int64_t i0 = 0; i0 < inner; i0 += kBlock) {
-      const int64_t cnt = std::min(kBlock, inner - i0);
-      acc_t mx[kBlock], sum[kBlock];
-      int64_t m_inner[kBlock];
+  for (int64_t o = begin; o < end; ++o) {
+    double* base = x + o * n * inner;
+    const int64_t valid = call.causal_rows > 0 ? std::min(n, o % call.causal_rows + 1) : n;
+    const int64_t m_outer = mk ? outer_mask_offset(mask, o) : 0;
+    for (int64_t i0 = 0; i0 < inner; i0 += kColBlock) {
+      const int64_t cnt = std::min(kColBlock, inner - i0);
+      acc_t mx[kColBlock], sum[kColBlock];
+      int64_t m_inner[kColBlock];
       for (int64_t c = 0; c < cnt; ++c) {
         mx[c] = neg_inf;
         sum[c] = 0;
-        m_inner[c] = mk ? m_outer + mask_offset(mask.inner_rank, mask.inner_sizes,
-                                                mask.inner_strides, i0 + c)
-                        : 0;
+        m_inner[c] = mk ? m_outer + mask_offset(mask.inner_rank, mask.inner_sizes, mask.inner_strides, i0 + c) : 0;
       }
       auto value = [&](int64_t d, int64_t c) -> acc_t {
         if (d >= valid) return neg_inf;
-        acc_t v = static_cast<acc_t>(base[d * inner + i0 + c]) * scale;
-        if (mk) v += static_cast<acc_t>(mk[m_inner[c] + d * mask.dim_stride]);
+        acc_t v = base[d * inner + i0 + c] * call.scale;
+        if (mk) v += mk[m_inner[c] + d * mask.dim_stride];
         return v;
       };
       for (int64_t d = 0; d < n; ++d)
         for (int64_t c = 0; c < cnt; ++c) mx[c] = nan_max(mx[c], value(d, c));
-      if constexpr (sizeof(T) >= 4) {
-        // float/double hold exp(v - max) to within their own rounding: store it
-        // and rescale, one exp per element instead of two.
-        for (int64_t d = 0; d < n; ++d)
-          for (int64_t c = 0; c < cnt; ++c) {
-            const acc_t e = std::exp(value(d, c) - mx[c]);
-            sum[c] += e;
-            base[d * inner + i0 + c] = static_cast<T>(e);
-          }
-        for (int64_t d = 0; d < n; ++d)
-          for (int64_t c = 0; c < cnt; ++c) {
-            T& out = base[d * inner + i0 + c];
-            out = static_cast<T>(static_cast<acc_t>(out) / sum[c]);
-          }
-      } else {
-        // Half types would round exp(v - max) twice: compute it again instead.
-        for (int64_t d = 0; d < n; ++d)
-          for (int64_t c = 0; c < cnt; ++c) sum[c] += std::exp(value(d, c) - mx[c]);
-        for (int64_t d = 0; d < n; ++d)
-          for (int64_t c = 0; c < cnt; ++c)
-            base[d * inner + i0 + c] = static_cast<T>(std::exp(value(d, c) - mx[c]) / sum[c]);
-      }
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t c = 0; c < cnt; ++c) {
+          const acc_t e = std::exp(value(d, c) - mx[c]);
+          sum[c] += e;
+          base[d * inner + i0 + c] = e;
+        }
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t c = 0; c < cnt; ++c) base[d * inner + i0 + c] /= sum[c];
     }
   }
+}
+
+void backward_double(const double* dy, const double* y, double* dx, const Call& call, int64_t begin,
+                     int64_t end) {
+  const int64_t n = call.n, inner = call.inner;
+  for (int64_t o = begin; o < end; ++o) {
+    const int64_t off = o * n * inner;
+    for (int64_t i0 = 0; i0 < inner; i0 += kColBlock) {
+      const int64_t cnt = std::min(kColBlock, inner - i0);
+      double dot[kColBlock] = {};
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t c = 0; c < cnt; ++c) {
+          const int64_t k = off + d * inner + i0 + c;
+          dot[c] += dy[k] * y[k];
+        }
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t c = 0; c < cnt; ++c) {
+          const int64_t k = off + d * inner + i0 + c;
+          dx[k] = call.scale * y[k] * (dy[k] - dot[c]);
+        }
+    }
+  }
+}
+
+// ---- float, float16, bfloat16: float32 vectors ---------------------------
+
+// count (<= W) mask values at positions j.. of a row whose mask elements are
+// `stride` apart (0: one value broadcast along the row).
+template <typename V, typename T>
+V mask_values(const T* row_mask, int64_t stride, int64_t j, int64_t count) {
+  if (stride == 1) return count == V::kWidth ? V::load(row_mask + j) : V::load(row_mask + j, count, 0.f);
+  if (stride == 0) return V::broadcast(static_cast<float>(row_mask[0]));
+  return cpu::load_strided<V>(row_mask + j * stride, stride, count);
+}
+
+// Softmax of one row of `valid` elements; the row's elements past valid
+// (causal) become 0.
+template <typename V, typename T>
+void softmax_row(T* row, int64_t n, int64_t valid, float scale, bool scaled, const T* row_mask,
+                 int64_t mask_stride) {
+  constexpr int64_t W = V::kWidth;
+  const float inf = std::numeric_limits<float>::infinity();
+  // x * scale + mask at j..j+count, lanes past count at -inf.
+  auto value = [&](int64_t j, int64_t count) {
+    V v = count == W ? V::load(row + j) : V::load(row + j, count, 0.f);
+    if (scaled) v = v * V::broadcast(scale);
+    if (row_mask) v = v + mask_values<V>(row_mask, mask_stride, j, count);
+    return count == W ? v : V::tail(v, count, -inf);
+  };
+  const int64_t full = valid - valid % W, rest = valid - full;
+  V vmax = V::broadcast(-inf);
+  for (int64_t j = 0; j < full; j += W) vmax = V::max(vmax, value(j, W));
+  if (rest) vmax = V::max(vmax, value(full, rest));
+  // A NaN the lane max skipped still reaches the sum through its exp.
+  const V mx = V::broadcast(vmax.max_lane());
+
+  // The exponentials go to `dst` (the row itself for float, else a float
+  // buffer) when given; without it they are computed again for the output.
+  auto normalize = [&](auto* dst) {
+    // Lanes summed over blocks of kSumBlock elements, blocks added in double:
+    // wide rows keep their sum exact to float rounding at any vector width.
+    double total = 0;
+    for (int64_t b = 0; b < full; b += cpu::kSumBlock) {
+      const int64_t block_end = std::min(full, b + cpu::kSumBlock);
+      V vsum = V::broadcast(0.f);
+      for (int64_t j = b; j < block_end; j += W) {
+        const V e = (value(j, W) - mx).exp();
+        vsum = vsum + e;
+        if (dst) e.store(dst + j);
+      }
+      total += vsum.sum();
+    }
+    if (rest) {
+      const V e = (value(full, rest) - mx).exp();
+      total += e.sum();
+      if (dst) e.store(dst + full, rest);
+    }
+    const V inv = V::broadcast(static_cast<float>(1.0 / total));
+    for (int64_t j = 0; j < full; j += W) {
+      const V e = dst ? V::load(dst + j) : (value(j, W) - mx).exp();
+      (e * inv).store(row + j);
+    }
+    if (rest) {
+      const V e = dst ? V::load(dst + full, rest, 0.f) : (value(full, rest) - mx).exp();
+      (e * inv).store(row + full, rest);
+    }
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    normalize(row);
+  } else if (valid <= kRowBuffer) {
+    float buffer[kRowBuffer];
+    normalize(buffer);
+  } else {
+    normalize(static_cast<float*>(nullptr));
+  }
+  if (valid < n) std::fill(row + valid, row + n, T(0.f));
 }
 
 template <typename T>
-void backward(const T* dy, const T* y, T* dx, int64_t outer, int64_t n,
-              int64_t inner, acc_t scale) {
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
-    const int64_t off = o * n * inner;
-    for (int64_t i0 = 0; i0 < inner; i0 += kBlock) {
-      const int64_t cnt = std::min(kBlock, inner - i0);
-      acc_t dot[kBlock] = {};
-      for (int64_t d = 0; d < n; ++d)
-        for (int64_t c = 0; c < cnt; ++c) {
-          const int64_t k = off + d * inner + i0 + c;
-          dot[c] += static_cast<acc_t>(dy[k]) * static_cast<acc_t>(y[k]);
+struct RowsForward {
+  template <typename V>
+  static void run(const Call* call, int64_t begin, int64_t end) {
+    const MaskLayout& mask = *call->mask;
+    const T* mk = static_cast<const T*>(mask.data);
+    const int64_t n = call->n;
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t valid = call->causal_rows > 0 ? std::min(n, o % call->causal_rows + 1) : n;
+      const T* row_mask = mk ? mk + outer_mask_offset(mask, o) : nullptr;
+      softmax_row<V>(static_cast<T*>(call->x) + o * n, n, valid, static_cast<float>(call->scale),
+                     call->scale != 1.0, row_mask, mask.dim_stride);
+    }
+  }
+};
+
+// Column blocks: item = o * blocks + b covers columns [b * kColBlock, ...) of
+// outer index o. Each lane of the kColBlock / W vectors is one column.
+template <typename T>
+struct ColumnsForward {
+  template <typename V>
+  static void run(const Call* call, int64_t begin, int64_t end) {
+    constexpr int64_t W = V::kWidth, Q = kColBlock / W;
+    const float inf = std::numeric_limits<float>::infinity();
+    const MaskLayout& mask = *call->mask;
+    const T* mk = static_cast<const T*>(mask.data);
+    const int64_t n = call->n, inner = call->inner, blocks = (inner + kColBlock - 1) / kColBlock;
+    const float scale = static_cast<float>(call->scale);
+    const bool scaled = call->scale != 1.0;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t o = item / blocks, i0 = (item % blocks) * kColBlock;
+      const int64_t cnt = std::min(kColBlock, inner - i0), nq = (cnt + W - 1) / W;
+      T* base = static_cast<T*>(call->x) + o * n * inner + i0;
+      int64_t m_inner[kColBlock];
+      if (mk) {
+        const int64_t m_outer = outer_mask_offset(mask, o);
+        for (int64_t c = 0; c < cnt; ++c)
+          m_inner[c] = m_outer + mask_offset(mask.inner_rank, mask.inner_sizes, mask.inner_strides, i0 + c);
+      }
+      auto value = [&](int64_t d, int64_t q) {
+        const int64_t count = std::min(W, cnt - q * W);
+        const T* p = base + d * inner + q * W;
+        V v = count == W ? V::load(p) : V::load(p, count, 0.f);
+        if (scaled) v = v * V::broadcast(scale);
+        if (mk) {
+          float m[W] = {};
+          for (int64_t l = 0; l < count; ++l) m[l] = static_cast<float>(mk[m_inner[q * W + l] + d * mask.dim_stride]);
+          v = v + V::load(static_cast<const float*>(m));
         }
+        return count == W ? v : V::tail(v, count, -inf);
+      };
+      auto store = [&](V v, int64_t d, int64_t q) {
+        const int64_t count = std::min(W, cnt - q * W);
+        T* p = base + d * inner + q * W;
+        if (count == W) {
+          v.store(p);
+        } else {
+          v.store(p, count);
+        }
+      };
+      V mx[Q], sum[Q];
+      for (int64_t q = 0; q < nq; ++q) {
+        mx[q] = V::broadcast(-inf);
+        sum[q] = V::broadcast(0.f);
+      }
       for (int64_t d = 0; d < n; ++d)
-        for (int64_t c = 0; c < cnt; ++c) {
-          const int64_t k = off + d * inner + i0 + c;
-          dx[k] = static_cast<T>(scale * static_cast<acc_t>(y[k]) *
-                                 (static_cast<acc_t>(dy[k]) - dot[c]));
+        for (int64_t q = 0; q < nq; ++q) mx[q] = V::max(mx[q], value(d, q));
+      // float keeps exp(v - max) in place; half types compute it again.
+      constexpr bool kKeep = std::is_same_v<T, float>;
+      // Two-level float sums (blocks of kSumBlock rows): error grows with the
+      // block size and the block count, not with n.
+      for (int64_t d0 = 0; d0 < n; d0 += cpu::kSumBlock) {
+        V part[Q];
+        for (int64_t q = 0; q < nq; ++q) part[q] = V::broadcast(0.f);
+        for (int64_t d = d0; d < std::min(n, d0 + cpu::kSumBlock); ++d)
+          for (int64_t q = 0; q < nq; ++q) {
+            const V e = (value(d, q) - mx[q]).exp();
+            part[q] = part[q] + e;
+            if (kKeep) store(e, d, q);
+          }
+        for (int64_t q = 0; q < nq; ++q) sum[q] = sum[q] + part[q];
+      }
+      for (int64_t q = 0; q < nq; ++q) sum[q] = V::broadcast(1.f) / sum[q];
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t q = 0; q < nq; ++q) {
+          const int64_t count = std::min(W, cnt - q * W);
+          const T* p = base + d * inner + q * W;
+          const V e = kKeep ? (count == W ? V::load(p) : V::load(p, count, 0.f)) : (value(d, q) - mx[q]).exp();
+          store(e * sum[q], d, q);
         }
     }
   }
-}
+};
 
-template <typename F>
-void dispatch(ScalarKind kind, F&& f) {
+struct BackwardCall {
+  const void* dy;
+  const void* y;
+  void* dx;
+  Call shape;
+};
+
+// dx = scale * y * (dy - sum(dy * y)) per row (inner == 1) or per column
+// block; dx may be dy (each element is read before it is written).
+template <typename T>
+struct Backward {
+  template <typename V>
+  static void run(const BackwardCall* call, int64_t begin, int64_t end) {
+    constexpr int64_t W = V::kWidth, Q = kColBlock / W;
+    const T* dy = static_cast<const T*>(call->dy);
+    const T* y = static_cast<const T*>(call->y);
+    T* dx = static_cast<T*>(call->dx);
+    const int64_t n = call->shape.n, inner = call->shape.inner;
+    const V scale = V::broadcast(static_cast<float>(call->shape.scale));
+    auto load = [](const T* p, int64_t count) { return count == W ? V::load(p) : V::load(p, count, 0.f); };
+    auto store = [](V v, T* p, int64_t count) {
+      if (count == W) {
+        v.store(p);
+      } else {
+        v.store(p, count);
+      }
+    };
+    if (inner == 1) {
+      for (int64_t o = begin; o < end; ++o) {
+        const T* g = dy + o * n;
+        const T* out = y + o * n;
+        T* res = dx + o * n;
+        double sum = 0;  // blocks of kSumBlock in float lanes, added in double
+        for (int64_t b = 0; b < n; b += cpu::kSumBlock) {
+          V dot = V::broadcast(0.f);
+          for (int64_t j = b; j < std::min(n, b + cpu::kSumBlock); j += W) {
+            const int64_t count = std::min(W, n - j);
+            dot = V::fma(load(g + j, count), load(out + j, count), dot);
+          }
+          sum += dot.sum();
+        }
+        const V total = V::broadcast(static_cast<float>(sum));
+        for (int64_t j = 0; j < n; j += W) {
+          const int64_t count = std::min(W, n - j);
+          store(scale * load(out + j, count) * (load(g + j, count) - total), res + j, count);
+        }
+      }
+      return;
+    }
+    const int64_t blocks = (inner + kColBlock - 1) / kColBlock;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t o = item / blocks, i0 = (item % blocks) * kColBlock;
+      const int64_t cnt = std::min(kColBlock, inner - i0), nq = (cnt + W - 1) / W;
+      const int64_t off = o * n * inner + i0;
+      V dot[Q];
+      for (int64_t q = 0; q < nq; ++q) dot[q] = V::broadcast(0.f);
+      for (int64_t d0 = 0; d0 < n; d0 += cpu::kSumBlock) {  // two-level sums, as the forward
+        V part[Q];
+        for (int64_t q = 0; q < nq; ++q) part[q] = V::broadcast(0.f);
+        for (int64_t d = d0; d < std::min(n, d0 + cpu::kSumBlock); ++d)
+          for (int64_t q = 0; q < nq; ++q) {
+            const int64_t k = off + d * inner + q * W, count = std::min(W, cnt - q * W);
+            part[q] = V::fma(load(dy + k, count), load(y + k, count), part[q]);
+          }
+        for (int64_t q = 0; q < nq; ++q) dot[q] = dot[q] + part[q];
+      }
+      for (int64_t d = 0; d < n; ++d)
+        for (int64_t q = 0; q < nq; ++q) {
+          const int64_t k = off + d * inner + q * W, count = std::min(W, cnt - q * W);
+          store(scale * load(y + k, count) * (load(dy + k, count) - dot[q]), dx + k, count);
+        }
+    }
+  }
+};
+
+// Rows per chunk (or column blocks per chunk) worth a thread.
+int64_t items(const Call& c) { return c.inner == 1 ? c.outer : c.outer * ((c.inner + kColBlock - 1) / kColBlock); }
+int64_t grain(const Call& c) { return cpu_grain(c.n * std::min(c.inner, kColBlock) * 4); }
+
+template <template <typename> class K, typename Args>
+void run_typed(ScalarKind kind, const Args* args, int64_t begin, int64_t end) {
   switch (kind) {
-    case ScalarKind::kFloat16: f(c10::Half{}); break;
-    case ScalarKind::kBFloat16: f(c10::BFloat16{}); break;
-    case ScalarKind::kFloat32: f(float{}); break;
-    case ScalarKind::kFloat64: f(double{}); break;
+    case ScalarKind::kFloat16: return cpu::run_best<K<c10::Half>>(args, begin, end);
+    case ScalarKind::kBFloat16: return cpu::run_best<K<c10::BFloat16>>(args, begin, end);
+    case ScalarKind::kFloat32: return cpu::run_best<K<float>>(args, begin, end);
+    case ScalarKind::kFloat64: break;  // callers take the double path
   }
 }
 
 }  // namespace
 
-int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n,
-                        int64_t inner, double scale, int64_t causal_rows,
-                        const MaskLayout& mask) {
-  dispatch(kind, [&](auto tag) {
-    using T = decltype(tag);
-    forward<T>(static_cast<T*>(x), outer, n, inner, scale, causal_rows, mask);
-  });
+int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n, int64_t inner, double scale,
+                        int64_t causal_rows, const MaskLayout& mask) {
+  const Call call{x, outer, n, inner, scale, causal_rows, &mask};
+  if (kind == ScalarKind::kFloat64) {
+    cpu_parallel_for(outer, grain(call), [&](int64_t b, int64_t e) { forward_double(call, b, e); });
+  } else if (inner == 1) {
+    cpu_parallel_for(outer, grain(call), [&](int64_t b, int64_t e) { run_typed<RowsForward>(kind, &call, b, e); });
+  } else {
+    cpu_parallel_for(items(call), grain(call),
+                     [&](int64_t b, int64_t e) { run_typed<ColumnsForward>(kind, &call, b, e); });
+  }
   return 0;
 }
 
-int softmax_backward_cpu(ScalarKind kind, const void* grad_output,
-                         const void* y, void* grad_input, int64_t outer,
+int softmax_backward_cpu(ScalarKind kind, const void* grad_output, const void* y, void* grad_input, int64_t outer,
                          int64_t n, int64_t inner, double scale) {
-  dispatch(kind, [&](auto tag) {
-    using T = decltype(tag);
-    backward<T>(static_cast<const T*>(grad_output), static_cast<const T*>(y),
-                static_cast<T*>(grad_input), outer, n, inner, scale);
-  });
+  const BackwardCall call{grad_output, y, grad_input, Call{nullptr, outer, n, inner, scale, 0, nullptr}};
+  if (kind == ScalarKind::kFloat64) {
+    cpu_parallel_for(outer, grain(call.shape), [&](int64_t b, int64_t e) {
+      backward_double(static_cast<const double*>(grad_output), static_cast<const double*>(y),
+                      static_cast<double*>(grad_input), call.shape, b, e);
+    });
+  } else {
+    cpu_parallel_for(items(call.shape), grain(call.shape),
+                     [&](int64_t b, int64_t e) { run_typed<Backward>(kind, &call, b, e); });
+  }
   return 0;
 }
 
