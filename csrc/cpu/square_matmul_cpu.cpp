@@ -1,7 +1,6 @@
 // square_matmul_ on the CPU: checks, then the routing policy's CPU plan —
 // ATen GEMMs over row panels within the workspace bound, or the row-at-a-time
 // kernel when the bound holds too few rows for a panel.
-#include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include "make_inplace/kernels/square_matmul.h"
@@ -20,20 +19,15 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   const square_matmul::Plan plan = square_matmul::plan(call, square_matmul::Device{});
   const int64_t n = call.n, rows = call.rows;
   const bool has_bias = bias.has_value() && bias->defined();
-  const int64_t row_bytes = n * static_cast<int64_t>(x.element_size());
 
   if (plan.route == square_matmul::Route::kCpuRows) {
-    // The torch-free kernel (shared with the MindSpore bridge) gets chunks of
-    // rows from ATen's thread pool; one row's results live in an n-element
-    // accumulator per worker, the only memory it uses.
-    char* base = static_cast<char*>(x.data_ptr());
-    const void* wp = w.matrix.const_data_ptr();
-    const void* bp = has_bias ? bias->const_data_ptr() : nullptr;
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      const int rc = kernels::square_matmul_rowwise(
-          call.kind, base + begin * row_bytes, wp, bp, end - begin, n, w.transpose);
-      TORCH_CHECK(rc == 0, "square_matmul_rowwise failed with code ", rc);
-    });
+    // The torch-free kernel (shared with the MindSpore bridge) splits the rows
+    // over ATen's thread pool itself (the parallel-for parallel_cpu.cpp
+    // registers) and keeps each panel of rows on its thread's stack.
+    const int rc = kernels::square_matmul_rowwise(call.kind, x.data_ptr(), w.matrix.const_data_ptr(),
+                                                  has_bias ? bias->const_data_ptr() : nullptr, rows, n,
+                                                  w.transpose);
+    TORCH_CHECK(rc == 0, "square_matmul_rowwise failed with code ", rc);
     return;
   }
   if (plan.route != square_matmul::Route::kCpuPanels) return;  // kEmpty: no rows

@@ -1,4 +1,17 @@
-// The torch-free CPU row-at-a-time square matmul (see the header).
+// The torch-free CPU in-place square matmul (see the header): x <- x @ w
+// (+ bias), or x @ w^T, without a workspace.
+//
+// Each thread takes a chunk of rows and walks it in panels of R rows: the
+// panel is copied (as float) to a stack buffer, after which its rows in x are
+// free to receive results. The product is then a small GEMM against the
+// copy, blocked as in GotoBLAS: for each NR-column tile and KC-deep slice of
+// w, the slice is packed (a copy, or a register transpose for w^T) into a
+// stack buffer that stays in L1, and an MR x NR register tile of results
+// accumulates over it. Slices past the first add to a float tile on the
+// stack; the last one adds the bias and writes x. Half types compute in
+// float32; float64 keeps a plain double loop. The stack holds about
+// kPanelBytes + kSliceBytes + the partial tile; only rows wider than
+// kPanelBytes / 4 elements take one heap row buffer per chunk instead.
 #include "make_inplace/kernels/square_matmul.h"
 
 #include <c10/util/BFloat16.h>
@@ -7,65 +20,266 @@
 #include <algorithm>
 #include <vector>
 
+#include "cpu_rows.h"
+#include "make_inplace/kernels/cpu_parallel.h"
+
 namespace make_inplace::kernels {
 namespace {
 
-// float for the half types (and float), double for double: the accumulator
-// type the PyTorch CPU ops use (at::opmath_type), without including ATen.
-template <typename T> struct AccType { using type = float; };
-template <> struct AccType<double> { using type = double; };
+// Rows in registers (MR) and vectors per row (NV, NR = NV * width) of the
+// result tile: 16-24 accumulators plus the loaded w vectors fit the register
+// file of each target.
+template <typename V>
+struct Tile {
+  static constexpr int kRows = 8, kVecs = 2;
+};
+template <>
+struct Tile<cpu::VecPortable> {
+  static constexpr int kRows = 4, kVecs = 4;
+};
+#if MAKE_INPLACE_CPU_X86
+template <>
+struct Tile<cpu::VecAvx2> {
+  static constexpr int kRows = 6, kVecs = 2;
+};
+template <>
+struct Tile<cpu::VecAvx512> {
+  static constexpr int kRows = 8, kVecs = 2;
+};
+#endif
 
-// Each row's product is accumulated in a row-sized buffer before the row is
-// overwritten: the CPU analogue of the GPU kernel holding rows on chip.
-template <typename scalar_t>
-void rowwise(scalar_t* x, const scalar_t* w, const scalar_t* bias, int64_t rows,
-             int64_t n, bool transpose) {
-  using acc_t = typename AccType<scalar_t>::type;
-#pragma omp parallel
-  {
-    std::vector<acc_t> acc(n);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      scalar_t* row = x + r * n;
-      if (transpose) {  // acc[j] = sum_k row[k] * w[j, k]
-        for (int64_t j = 0; j < n; ++j) {
-          const scalar_t* wj = w + j * n;
-          acc_t s = 0;
-          for (int64_t k = 0; k < n; ++k) s += acc_t(row[k]) * acc_t(wj[k]);
-          acc[j] = s;
-        }
-      } else {  // acc[j] = sum_k row[k] * w[k, j]
-        std::fill(acc.begin(), acc.end(), acc_t(0));
-        for (int64_t k = 0; k < n; ++k) {
-          const acc_t a = row[k];
-          const scalar_t* wk = w + k * n;
-          for (int64_t j = 0; j < n; ++j) acc[j] += a * acc_t(wk[j]);
-        }
+constexpr int64_t kPanelBytes = 64 * 1024;  // the copied rows (float)
+constexpr int64_t kKc = 256;                // depth of a packed slice of w
+constexpr int64_t kMaxNr = 32;              // widest tile (AVX-512: 2 x 16)
+constexpr int64_t kMaxPanelRowsSliced = kPanelBytes / (4 * (kKc + 1));  // panel rows when n > kKc
+
+struct Call {
+  void* x;
+  const void* w;
+  const void* bias;
+  int64_t n;
+  bool transpose;
+};
+
+// acc[r][v] += a[r * lda + k] * b[k * NR + v * W + lane] over k < kc.
+// The accumulators are copied to a local array whose address never escapes,
+// so the compiler keeps all of them in registers across the k loop.
+template <typename V, int MR, int NV>
+inline void micro_tile(const float* a, int64_t lda, const float* b, int64_t kc, V (&acc)[MR][NV]) {
+  constexpr int64_t W = V::kWidth, NR = NV * W;
+  V c[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) c[r][v] = acc[r][v];
+  for (int64_t k = 0; k < kc; ++k) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load(b + k * NR + v * W);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const V av = V::broadcast(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[r][v] = V::fma(av, bv[v], c[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = c[r][v];
+}
+
+template <typename T>
+struct Panels {
+  template <typename V>
+  static void run(const Call* c, int64_t begin, int64_t end) {
+    // Panel rows: as many as the stack buffer holds. Rows so wide that fewer
+    // than MR fit take a shorter register tile; wider than the whole buffer,
+    // one row at a time from the heap.
+    constexpr int MR = Tile<V>::kRows;
+    const int64_t fit = kPanelBytes / (4 * c->n);
+    if (fit >= MR) return run_panels<V, MR>(c, begin, end, fit / MR * MR);
+    if (fit >= 4) return run_panels<V, 4>(c, begin, end, fit / 4 * 4);
+    if (fit >= 2) return run_panels<V, 2>(c, begin, end, fit / 2 * 2);
+    run_panels<V, 1>(c, begin, end, 1);
+  }
+
+  template <typename V, int MR>
+  static void run_panels(const Call* c, int64_t begin, int64_t end, int64_t panel_rows) {
+    constexpr int NV = Tile<V>::kVecs;
+    constexpr int64_t W = V::kWidth, NR = NV * W;
+    static_assert(NR <= kMaxNr, "tile wider than the partial-sum buffer");
+    const int64_t n = c->n;
+    T* x = static_cast<T*>(c->x);
+    const T* w = static_cast<const T*>(c->w);
+    const T* bias = static_cast<const T*>(c->bias);
+
+    alignas(64) float stack_panel[kPanelBytes / 4];
+    std::vector<float> heap_panel;
+    float* panel = stack_panel;
+    if (panel_rows * n > kPanelBytes / 4) {
+      heap_panel.resize(static_cast<size_t>(panel_rows * n));
+      panel = heap_panel.data();
+    }
+    alignas(64) float slice[kKc * kMaxNr];
+    alignas(64) float partial[kMaxPanelRowsSliced * kMaxNr];
+    if (n > kKc) std::fill(partial, partial + panel_rows * NR, 0.f);  // read only past the first slice
+
+    for (int64_t p0 = begin; p0 < end; p0 += panel_rows) {
+      const int64_t rows = std::min(panel_rows, end - p0);
+      const int64_t padded = (rows + MR - 1) / MR * MR;  // <= panel_rows, a multiple of MR
+      // Copy the panel; the pad rows of the last group read as zeros.
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* src = x + (p0 + r) * n;
+        float* dst = panel + r * n;
+        int64_t k = 0;
+        for (; k + W <= n; k += W) V::load(src + k).store(dst + k);
+        if (k < n) V::load(src + k, n - k, 0.f).store(dst + k, n - k);
       }
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = static_cast<scalar_t>(bias ? acc[j] + acc_t(bias[j]) : acc[j]);
+      std::fill(panel + rows * n, panel + padded * n, 0.f);
+      const Panel panel_args{x + p0 * n, w, bias, n, c->transpose, rows, padded, panel, slice, partial};
+      for (int64_t j0 = 0; j0 < n; j0 += NR) {
+        const int64_t cols = std::min(NR, n - j0);
+        // A last tile of at most one vector's columns runs one vector wide.
+        if (NV > 1 && cols <= W) {
+          tile<V, MR, 1>(panel_args, j0, cols);
+        } else {
+          tile<V, MR, NV>(panel_args, j0, cols);
+        }
       }
     }
   }
-}
 
-template <typename scalar_t>
-void run(void* x, const void* w, const void* bias, int64_t rows, int64_t n,
-         bool transpose) {
-  rowwise<scalar_t>(static_cast<scalar_t*>(x), static_cast<const scalar_t*>(w),
-                    static_cast<const scalar_t*>(bias), rows, n, transpose);
+  struct Panel {
+    T* x;  // the panel's first row in x
+    const T* w;
+    const T* bias;
+    int64_t n;
+    bool transpose;
+    int64_t rows, padded;  // live rows; rows rounded up to the tile's MR
+    const float* a;        // the panel's copy, padded rows zero
+    float* slice;
+    float* partial;
+  };
+
+  // Columns [j0, j0 + cols) of the panel's result, cols <= NV * W.
+  template <typename V, int MR, int NV>
+  static void tile(const Panel& p, int64_t j0, int64_t cols) {
+    constexpr int64_t W = V::kWidth, NR = NV * W;
+    const int64_t n = p.n;
+    for (int64_t k0 = 0; k0 < n; k0 += kKc) {
+      const int64_t kc = std::min(kKc, n - k0);
+      const bool first = k0 == 0, last = k0 + kc == n;
+      pack_slice<V, NV>(p.w, n, j0, cols, k0, kc, p.transpose, p.slice);
+      for (int64_t g = 0; g < p.padded; g += MR) {
+        V acc[MR][NV];
+        for (int r = 0; r < MR; ++r)
+          for (int v = 0; v < NV; ++v)
+            acc[r][v] = first || g + r >= p.rows ? V::broadcast(0.f) : V::load(p.partial + (g + r) * NR + v * W);
+        micro_tile<V, MR, NV>(p.a + g * n + k0, n, p.slice, kc, acc);
+        const int64_t live = std::min<int64_t>(MR, p.rows - g);
+        for (int64_t r = 0; r < live; ++r) {
+          if (!last) {
+            for (int v = 0; v < NV; ++v) acc[r][v].store(p.partial + (g + r) * NR + v * W);
+            continue;
+          }
+          T* out = p.x + (g + r) * n + j0;
+          for (int v = 0; v < NV; ++v) {
+            const int64_t count = std::min<int64_t>(W, cols - v * W);
+            if (count <= 0) break;
+            V y = acc[r][v];
+            if (p.bias) y = y + cpu::load_n<V>(p.bias + j0 + v * W, count);
+            if (count == W) {
+              y.store(out + v * W);
+            } else {
+              y.store(out + v * W, count);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // slice[k][c] = B[k0 + k][j0 + c] for k < kc, c < NR (0 past `cols`), where
+  // B = w, or w^T with `transpose` (then W x W blocks go through registers).
+  template <typename V, int NV>
+  static void pack_slice(const T* w, int64_t n, int64_t j0, int64_t cols, int64_t k0, int64_t kc, bool transpose,
+                         float* slice) {
+    constexpr int64_t W = V::kWidth, NR = NV * W;
+    if (!transpose) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = w + (k0 + k) * n + j0;
+        for (int v = 0; v < NV; ++v) {
+          const int64_t count = std::min<int64_t>(W, cols - v * W);
+          const V b = count >= W ? V::load(src + v * W) : V::load(src + v * W, std::max<int64_t>(count, 0), 0.f);
+          b.store(slice + k * NR + v * W);
+        }
+      }
+      return;
+    }
+    for (int v = 0; v < NV; ++v) {
+      for (int64_t kk = 0; kk < kc; kk += W) {
+        const int64_t depth = std::min(W, kc - kk);
+        V block[W];
+        for (int64_t i = 0; i < W; ++i) {
+          const int64_t col = v * W + i;  // row j0 + col of w
+          const T* src = w + (j0 + col) * n + k0 + kk;
+          block[i] = col >= cols ? V::broadcast(0.f) : (depth == W ? V::load(src) : V::load(src, depth, 0.f));
+        }
+        V::transpose(block);
+        for (int64_t t = 0; t < depth; ++t) block[t].store(slice + (kk + t) * NR + v * W);
+      }
+    }
+  }
+};
+
+// float64: one row at a time in double, n accumulators per chunk.
+void rows_double(const Call& c, int64_t begin, int64_t end) {
+  const int64_t n = c.n;
+  double* x = static_cast<double*>(c.x);
+  const double* w = static_cast<const double*>(c.w);
+  const double* bias = static_cast<const double*>(c.bias);
+  std::vector<double> acc(static_cast<size_t>(n));
+  for (int64_t r = begin; r < end; ++r) {
+    double* row = x + r * n;
+    if (c.transpose) {  // acc[j] = sum_k row[k] * w[j, k]
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < n; ++k) s += row[k] * w[j * n + k];
+        acc[j] = s;
+      }
+    } else {  // acc[j] = sum_k row[k] * w[k, j]
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k) {
+        const double a = row[k];
+        for (int64_t j = 0; j < n; ++j) acc[j] += a * w[k * n + j];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] = bias ? acc[j] + bias[j] : acc[j];
+  }
 }
 
 }  // namespace
 
-int square_matmul_rowwise(ScalarKind kind, void* x, const void* w,
-                          const void* bias, int64_t rows, int64_t n,
+int square_matmul_rowwise(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
                           bool transpose) {
+  if (rows <= 0 || n <= 0) return 0;
+  const Call call{x, w, bias, n, transpose};
+  // A chunk of rows worth a thread: about 2^19 multiply-adds.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 19) / (n * n));
   switch (kind) {
-    case ScalarKind::kFloat16: run<c10::Half>(x, w, bias, rows, n, transpose); return 0;
-    case ScalarKind::kBFloat16: run<c10::BFloat16>(x, w, bias, rows, n, transpose); return 0;
-    case ScalarKind::kFloat32: run<float>(x, w, bias, rows, n, transpose); return 0;
-    case ScalarKind::kFloat64: run<double>(x, w, bias, rows, n, transpose); return 0;
+    case ScalarKind::kFloat16:
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<c10::Half>>(&call, b, e); });
+      return 0;
+    case ScalarKind::kBFloat16:
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<c10::BFloat16>>(&call, b, e); });
+      return 0;
+    case ScalarKind::kFloat32:
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<float>>(&call, b, e); });
+      return 0;
+    case ScalarKind::kFloat64:
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { rows_double(call, b, e); });
+      return 0;
   }
   return -1;
 }
