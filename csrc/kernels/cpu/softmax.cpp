@@ -136,7 +136,7 @@ void softmax_row(T* row, int64_t n, int64_t valid, float scale, bool scaled, con
 
   // The exponentials go to `dst` (the row itself for float, else a float
   // buffer) when given; without it they are computed again for the output.
-  auto normalize = [&](auto* dst) {
+  auto normalize = [&](auto* dst) -> double {
     // Lanes summed over blocks of kSumBlock elements, blocks added in double:
     // wide rows keep their sum exact to float rounding at any vector width.
     double total = 0;
@@ -164,16 +164,20 @@ void softmax_row(T* row, int64_t n, int64_t valid, float scale, bool scaled, con
       const V e = dst ? V::load(dst + full, rest, 0.f) : (value(full, rest) - mx).exp();
       (e * inv).store(row + full, rest);
     }
+    return total;
   };
+  double total;
   if constexpr (std::is_same_v<T, float>) {
-    normalize(row);
+    total = normalize(row);
   } else if (valid <= kRowBuffer) {
     float buffer[kRowBuffer];
-    normalize(buffer);
+    total = normalize(buffer);
   } else {
-    normalize(static_cast<float*>(nullptr));
+    total = normalize(static_cast<float*>(nullptr));
   }
-  if (valid < n) std::fill(row + valid, row + n, T(0.f));
+  // Past the causal cut: 0, or NaN where the row became NaN (torch's softmax
+  // over the -inf-filled row is NaN everywhere then).
+  if (valid < n) std::fill(row + valid, row + n, T(std::isnan(total) ? std::numeric_limits<float>::quiet_NaN() : 0.f));
 }
 
 template <typename T>
