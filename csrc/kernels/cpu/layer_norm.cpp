@@ -77,18 +77,18 @@ struct Forward {
       const float shift = static_cast<float>(row[0]);
       const V vshift = V::broadcast(shift);
       const double mean =
-          shift + cpu::row_sum<V>(row, n, [&](V v) { return v - vshift; }) / static_cast<double>(n);
+          shift + cpu::row_sum<V>(row, n, [&](const V& v) { return v - vshift; }) / static_cast<double>(n);
       // The mean as a float plus a float remainder: x - hi is exact for x near
       // the mean.
       const float hi = static_cast<float>(mean);
       const V mean_hi = V::broadcast(hi), mean_lo = V::broadcast(static_cast<float>(mean - hi));
-      auto centred = [&](V v) { return (v - mean_hi) - mean_lo; };
-      const double sq = cpu::row_sum<V>(row, n, [&](V v) { return centred(v) * centred(v); });
+      auto centred = [&](const V& v) { return (v - mean_hi) - mean_lo; };
+      const double sq = cpu::row_sum<V>(row, n, [&](const V& v) { return centred(v) * centred(v); });
       // rstd rounded to the stored type first, so the output and the saved
       // rstd the backward uses agree.
       const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + c->eps));
       const V vrstd = V::broadcast(rstd);
-      cpu::row_map<V>(row, row, n, [&](V v, int64_t j, int64_t count) {
+      cpu::row_map<V>(row, row, n, [&](const V& v, int64_t j, int64_t count) {
         V y = centred(v) * vrstd;
         if (w) y = y * cpu::load_n<V>(w + j, count);
         if (b) y = y + cpu::load_n<V>(b + j, count);

@@ -60,10 +60,10 @@ struct Forward {
     const int64_t n = c->n;
     for (int64_t r = begin; r < end; ++r) {
       T* row = static_cast<T*>(c->x) + r * n;
-      const double sq = cpu::row_sum<V>(row, n, [](V v) { return v * v; });
+      const double sq = cpu::row_sum<V>(row, n, [](const V& v) { return v * v; });
       const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + c->eps));
       const V vrstd = V::broadcast(rstd);
-      cpu::row_map<V>(row, row, n, [&](V v, int64_t j, int64_t count) {
+      cpu::row_map<V>(row, row, n, [&](const V& v, int64_t j, int64_t count) {
         return w ? v * vrstd * cpu::load_n<V>(w + j, count) : v * vrstd;
       });
       if (c->rstd) c->rstd[r] = rstd;

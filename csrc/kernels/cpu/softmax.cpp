@@ -231,7 +231,7 @@ struct ColumnsForward {
         }
         return count == W ? v : V::tail(v, count, -inf);
       };
-      auto store = [&](V v, int64_t d, int64_t q) {
+      auto store = [&](const V& v, int64_t d, int64_t q) {
         const int64_t count = std::min(W, cnt - q * W);
         T* p = base + d * inner + q * W;
         if (count == W) {
@@ -294,7 +294,7 @@ struct Backward {
     const int64_t n = call->shape.n, inner = call->shape.inner;
     const V scale = V::broadcast(static_cast<float>(call->shape.scale));
     auto load = [](const T* p, int64_t count) { return count == W ? V::load(p) : V::load(p, count, 0.f); };
-    auto store = [](V v, T* p, int64_t count) {
+    auto store = [](const V& v, T* p, int64_t count) {
       if (count == W) {
         v.store(p);
       } else {
