@@ -17,7 +17,7 @@ void outer_product_forward_cpu(const at::Tensor& a, const at::Tensor& b,
                   scalar_kind(a.scalar_type()), outer_input(a, {s.batch, s.n}, a2),
                   outer_input(b, {s.batch, s.m}, b2), out.data_ptr(), s.batch,
                   s.n, s.m) == 0,
-              "outer_product: unsupported dtype ", a.scalar_type());
+              "make_inplace.outer_product: unsupported dtype ", a.scalar_type());
 }
 
 void outer_product_backward_cpu(const at::Tensor& grad_out, const at::Tensor& a,
@@ -37,7 +37,7 @@ void outer_product_backward_cpu(const at::Tensor& grad_out, const at::Tensor& a,
           want_a ? grad_a->data_ptr() : nullptr,
           want_b ? grad_b->data_ptr() : nullptr, s.batch, s.n, s.m,
           accumulate) == 0,
-      "outer_product_backward: unsupported dtype ", a.scalar_type());
+      "make_inplace.outer_product_backward: unsupported dtype ", a.scalar_type());
 }
 
 }  // namespace

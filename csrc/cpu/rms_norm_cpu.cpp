@@ -21,7 +21,7 @@ void rms_norm_cpu(const at::Tensor& x, at::IntArrayRef normalized_shape,
 at::Tensor rms_norm_stats_cpu(const at::Tensor& x, at::IntArrayRef normalized_shape,
                               const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   double e = 0;
-  const LayerNormPlan p = check_rms_norm_args(x, normalized_shape, weight, eps, &e);
+  const LayerNormPlan p = check_rms_norm_args(x, normalized_shape, weight, eps, &e, "rms_norm_stats_");
   at::Tensor rstd = at::empty(p.batch_shape, x.options().dtype(layer_norm_stat_dtype(x.scalar_type())));
   if (x.numel() == 0) return rstd;
   kernels::rms_norm_forward_cpu(scalar_kind(x.scalar_type()), x.data_ptr(), data_or_null(weight),

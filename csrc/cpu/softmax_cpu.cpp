@@ -29,8 +29,8 @@ at::Tensor softmax_backward_cpu(const at::Tensor& grad_output,
 
 void softmax_backward_inplace_cpu(const at::Tensor& grad, const at::Tensor& output,
                                   int64_t dim, double scale) {
-  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad");
-  check_no_overlap(grad, "grad", output, "output");
+  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad", "softmax_backward_");
+  check_no_overlap("softmax_backward_", grad, "grad", output, "output");
   if (output.numel() == 0) return;
   kernels::softmax_backward_cpu(scalar_kind(output.scalar_type()), grad.const_data_ptr(),
                                 output.const_data_ptr(), grad.data_ptr(), p.outer, p.n,

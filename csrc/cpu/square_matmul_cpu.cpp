@@ -27,7 +27,7 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
     const int rc = kernels::square_matmul_rowwise(call.kind, x.data_ptr(), w.matrix.const_data_ptr(),
                                                   has_bias ? bias->const_data_ptr() : nullptr, rows, n,
                                                   w.transpose);
-    TORCH_CHECK(rc == 0, "square_matmul_rowwise failed with code ", rc);
+    TORCH_CHECK(rc == 0, "make_inplace.square_matmul_: the row kernel failed with code ", rc);
     return;
   }
   if (plan.route != square_matmul::Route::kCpuPanels) return;  // kEmpty: no rows

@@ -85,7 +85,7 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
   o.tiles_per_cta = static_cast<int>(tiles_per_cta);
   o.panels_batched = panels_batched;
   const square_matmul::Plan p = square_matmul::plan(call, d, o);
-  TORCH_CHECK(p.route != square_matmul::Route::kUnsupported, square_matmul::unsupported_message(call));
+  TORCH_CHECK(p.route != square_matmul::Route::kUnsupported, "make_inplace.", square_matmul::unsupported_message(call));
   return {square_matmul::route_name(p.route), p.groups.tiles_per_cta, p.groups.group_ctas, p.groups.groups,
           p.counter_bytes, p.panels.blocks, p.panels.rows_per_block, p.panels.block_bytes, p.panels.batched};
 }

@@ -16,7 +16,7 @@ void trilinear_forward_cpu(const at::Tensor& feats, const at::Tensor& points,
   TORCH_CHECK(kernels::trilinear_forward_cpu(
                   scalar_kind(feats.scalar_type()), trilinear_input(feats),
                   trilinear_input(points), out.data_ptr(), n, f) == 0,
-              "trilinear_interpolation: unsupported dtype ", feats.scalar_type());
+              "make_inplace.trilinear_interpolation: unsupported dtype ", feats.scalar_type());
 }
 
 void trilinear_backward_cpu(const at::Tensor& grad_out, const at::Tensor& points,
@@ -34,7 +34,7 @@ void trilinear_backward_cpu(const at::Tensor& grad_out, const at::Tensor& points
           with_points ? trilinear_input(*feats) : kernels::TrilinearInput{},
           grad_feats.data_ptr(), with_points ? grad_points->data_ptr() : nullptr,
           n, f, accumulate) == 0,
-      "trilinear_interpolation_backward: unsupported dtype ",
+      "make_inplace.trilinear_interpolation_backward: unsupported dtype ",
       grad_out.scalar_type());
 }
 

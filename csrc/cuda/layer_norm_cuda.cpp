@@ -27,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor> layer_norm_stats_cuda(
     const at::Tensor& x, at::IntArrayRef normalized_shape,
     const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     double eps) {
-  const LayerNormPlan p = check_layer_norm_args(x, normalized_shape, weight, bias, eps);
+  const LayerNormPlan p = check_layer_norm_args(x, normalized_shape, weight, bias, eps, "layer_norm_stats_");
   const c10::cuda::CUDAGuard guard(x.device());
   const auto opts = x.options().dtype(layer_norm_stat_dtype(x.scalar_type()));
   at::Tensor mean = at::empty(p.batch_shape, opts);

@@ -27,7 +27,7 @@ void rms_norm_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
 at::Tensor rms_norm_stats_cuda(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   double e = 0;
-  const LayerNormPlan p = check_rms_norm_args(x, normalized_shape, weight, eps, &e);
+  const LayerNormPlan p = check_rms_norm_args(x, normalized_shape, weight, eps, &e, "rms_norm_stats_");
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor rstd = at::empty(p.batch_shape, x.options().dtype(layer_norm_stat_dtype(x.scalar_type())));
   if (x.numel() == 0) return rstd;

@@ -36,8 +36,8 @@ at::Tensor softmax_backward_cuda(const at::Tensor& grad_output, const at::Tensor
 
 void softmax_backward_inplace_cuda(const at::Tensor& grad, const at::Tensor& output,
                                    int64_t dim, double scale) {
-  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad");
-  check_no_overlap(grad, "grad", output, "output");
+  const SoftmaxPlan p = check_softmax_backward_args(grad, output, dim, scale, "grad", "softmax_backward_");
+  check_no_overlap("softmax_backward_", grad, "grad", output, "output");
   const c10::cuda::CUDAGuard guard(output.device());
   if (output.numel() == 0) return;
   check_launch(kernels::softmax_backward_cuda(

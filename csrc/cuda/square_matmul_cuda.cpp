@@ -69,7 +69,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   if (call.rows == 0) return;
   const square_matmul::Plan plan = square_matmul::plan(
       call, device_facts(x.get_device(), call.kind, call.transpose), route_override().square_matmul);
-  TORCH_CHECK(plan.route != Route::kUnsupported, square_matmul::unsupported_message(call));
+  TORCH_CHECK(plan.route != Route::kUnsupported, "make_inplace.", square_matmul::unsupported_message(call));
 
   const void* bias_ptr = bias.has_value() && bias->defined() ? bias->const_data_ptr() : nullptr;
   const auto stream = at::cuda::getCurrentCUDAStream().stream();

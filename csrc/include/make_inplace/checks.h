@@ -9,39 +9,44 @@
 
 namespace make_inplace {
 
+// Every check message starts with "make_inplace.<op>: ", so an error names the
+// op whichever route (Python wrapper, torch.ops, CPU or CUDA binding) raised it.
+#define MAKE_INPLACE_CHECK(op, cond, ...) \
+  TORCH_CHECK(cond, "make_inplace.", op, ": ", __VA_ARGS__)
+
 inline bool is_supported_float(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat ||
          t == at::kDouble;
 }
 
-inline void check_float_dtype(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(is_supported_float(t.scalar_type()), name,
+inline void check_float_dtype(const char* op, const at::Tensor& t, const char* name) {
+  MAKE_INPLACE_CHECK(op, is_supported_float(t.scalar_type()), name,
               " must have dtype float16, bfloat16, float32 or float64, got ",
               t.scalar_type());
 }
 
-inline void check_same_dtype(const at::Tensor& t, const char* name,
+inline void check_same_dtype(const char* op, const at::Tensor& t, const char* name,
                              const at::Tensor& ref, const char* ref_name) {
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), name,
+  MAKE_INPLACE_CHECK(op, t.scalar_type() == ref.scalar_type(), name,
               " must have the same dtype as ", ref_name, " (",
               ref.scalar_type(), "), got ", t.scalar_type());
 }
 
-inline void check_same_device(const at::Tensor& t, const char* name,
+inline void check_same_device(const char* op, const at::Tensor& t, const char* name,
                               const at::Tensor& ref, const char* ref_name) {
-  TORCH_CHECK(t.device() == ref.device(), name,
+  MAKE_INPLACE_CHECK(op, t.device() == ref.device(), name,
               " must be on the same device as ", ref_name, " (", ref.device(),
-              "), got ", t.device());
+              "), got ", t.device(), "; move it with .to(", ref_name, ".device)");
 }
 
-inline void check_contiguous(const at::Tensor& t, const char* name,
+inline void check_contiguous(const char* op, const at::Tensor& t, const char* name,
                              const char* why) {
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (", why,
+  MAKE_INPLACE_CHECK(op, t.is_contiguous(), name, " must be contiguous (", why,
               "), got sizes ", t.sizes(), " and strides ", t.strides());
 }
 
-inline void check_dim(const at::Tensor& t, const char* name, int64_t dim) {
-  TORCH_CHECK(t.dim() == dim, name, " must have ", dim,
+inline void check_dim(const char* op, const at::Tensor& t, const char* name, int64_t dim) {
+  MAKE_INPLACE_CHECK(op, t.dim() == dim, name, " must have ", dim,
               " dimension(s), got shape ", t.sizes());
 }
 
@@ -66,15 +71,16 @@ inline ByteSpan byte_span(const at::Tensor& t) {
 
 // Conservative: tensors whose address ranges intersect are treated as sharing
 // memory, since a kernel that writes one while reading the other would race.
-inline void check_no_overlap(const at::Tensor& written, const char* written_name,
+inline void check_no_overlap(const char* op, const at::Tensor& written, const char* written_name,
                              const at::Tensor& read, const char* read_name) {
   if (!written.defined() || !read.defined()) return;
   if (written.device() != read.device()) return;
   const ByteSpan a = byte_span(written), b = byte_span(read);
   const bool overlap = a.first < a.last && b.first < b.last &&
                        a.first < b.last && b.first < a.last;
-  TORCH_CHECK(!overlap, read_name, " must not share memory with ",
-              written_name, ", which the op writes");
+  MAKE_INPLACE_CHECK(op, !overlap, read_name, " must not share memory with ",
+              written_name, ", which the op writes; pass a separate tensor (e.g. ",
+              read_name, ".clone())");
 }
 
 }  // namespace make_inplace

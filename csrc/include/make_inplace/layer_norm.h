@@ -20,12 +20,12 @@ inline at::ScalarType layer_norm_stat_dtype(at::ScalarType t) {
   return t == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-inline LayerNormPlan check_layer_norm_shape(const at::Tensor& x, const char* x_name,
+inline LayerNormPlan check_layer_norm_shape(const char* op, const at::Tensor& x, const char* x_name,
                                             at::IntArrayRef normalized_shape) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  TORCH_CHECK(k >= 1, "normalized_shape must have at least one dim, got ",
+  MAKE_INPLACE_CHECK(op, k >= 1, "normalized_shape must have at least one dim, got ",
               normalized_shape);
-  TORCH_CHECK(x.dim() >= k && x.sizes().slice(x.dim() - k).equals(normalized_shape),
+  MAKE_INPLACE_CHECK(op, x.dim() >= k && x.sizes().slice(x.dim() - k).equals(normalized_shape),
               "normalized_shape ", normalized_shape, " must equal the last ", k,
               " dim(s) of ", x_name, ", got ", x_name, " of shape ", x.sizes());
   LayerNormPlan plan;
@@ -37,55 +37,56 @@ inline LayerNormPlan check_layer_norm_shape(const at::Tensor& x, const char* x_n
   return plan;
 }
 
-inline void check_affine(const std::optional<at::Tensor>& t, const char* name,
+inline void check_affine(const char* op, const std::optional<at::Tensor>& t, const char* name,
                          const at::Tensor& x, const char* x_name,
                          at::IntArrayRef normalized_shape, bool x_written) {
   if (!t.has_value() || !t->defined()) return;
-  TORCH_CHECK(t->sizes().equals(normalized_shape), name,
+  MAKE_INPLACE_CHECK(op, t->sizes().equals(normalized_shape), name,
               " must have shape normalized_shape = ", normalized_shape, ", got ",
               t->sizes());
-  check_same_dtype(*t, name, x, x_name);
-  check_same_device(*t, name, x, x_name);
-  check_contiguous(*t, name, "it is read in place, never copied");
-  if (x_written) check_no_overlap(x, x_name, *t, name);
+  check_same_dtype(op, *t, name, x, x_name);
+  check_same_device(op, *t, name, x, x_name);
+  check_contiguous(op, *t, name, "it is read in place, never copied");
+  if (x_written) check_no_overlap(op, x, x_name, *t, name);
 }
 
 inline LayerNormPlan check_layer_norm_args(const at::Tensor& x,
                                            at::IntArrayRef normalized_shape,
                                            const std::optional<at::Tensor>& weight,
                                            const std::optional<at::Tensor>& bias,
-                                           double eps) {
-  check_float_dtype(x, "x");
-  LayerNormPlan plan = check_layer_norm_shape(x, "x", normalized_shape);
-  check_contiguous(x, "x",
+                                           double eps, const char* op = "layer_norm_") {
+  check_float_dtype(op, x, "x");
+  LayerNormPlan plan = check_layer_norm_shape(op, x, "x", normalized_shape);
+  check_contiguous(op, x, "x",
                    "the result is written into x's own memory, so a copy "
                    "would not reach the caller");
-  check_affine(weight, "weight", x, "x", normalized_shape, true);
-  check_affine(bias, "bias", x, "x", normalized_shape, true);
-  TORCH_CHECK(eps >= 0, "eps must be >= 0, got ", eps);
+  check_affine(op, weight, "weight", x, "x", normalized_shape, true);
+  check_affine(op, bias, "bias", x, "x", normalized_shape, true);
+  MAKE_INPLACE_CHECK(op, eps >= 0, "eps must be >= 0 (and not NaN), got ", eps);
   return plan;
 }
 
 inline LayerNormPlan check_layer_norm_backward_args(
     const at::Tensor& grad_output, const at::Tensor& output,
     at::IntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
-    const std::optional<at::Tensor>& bias, const at::Tensor& rstd) {
-  check_float_dtype(output, "output");
-  check_same_dtype(grad_output, "grad_output", output, "output");
-  check_same_device(grad_output, "grad_output", output, "output");
-  TORCH_CHECK(grad_output.sizes() == output.sizes(),
+    const std::optional<at::Tensor>& bias, const at::Tensor& rstd,
+    const char* op = "layer_norm_backward") {
+  check_float_dtype(op, output, "output");
+  check_same_dtype(op, grad_output, "grad_output", output, "output");
+  check_same_device(op, grad_output, "grad_output", output, "output");
+  MAKE_INPLACE_CHECK(op, grad_output.sizes() == output.sizes(),
               "grad_output must have output's shape ", output.sizes(), ", got ",
               grad_output.sizes());
-  LayerNormPlan plan = check_layer_norm_shape(output, "output", normalized_shape);
-  check_contiguous(grad_output, "grad_output", "the kernel reads it row by row");
-  check_contiguous(output, "output", "the kernel reads it row by row");
-  check_affine(weight, "weight", output, "output", normalized_shape, false);
-  check_affine(bias, "bias", output, "output", normalized_shape, false);
+  LayerNormPlan plan = check_layer_norm_shape(op, output, "output", normalized_shape);
+  check_contiguous(op, grad_output, "grad_output", "the kernel reads it row by row");
+  check_contiguous(op, output, "output", "the kernel reads it row by row");
+  check_affine(op, weight, "weight", output, "output", normalized_shape, false);
+  check_affine(op, bias, "bias", output, "output", normalized_shape, false);
   const at::ScalarType stat = layer_norm_stat_dtype(output.scalar_type());
-  TORCH_CHECK(rstd.scalar_type() == stat, "rstd must have dtype ", stat,
+  MAKE_INPLACE_CHECK(op, rstd.scalar_type() == stat, "rstd must have dtype ", stat,
               " (the forward's statistics), got ", rstd.scalar_type());
-  check_same_device(rstd, "rstd", output, "output");
-  TORCH_CHECK(rstd.numel() == plan.rows && rstd.is_contiguous(),
+  check_same_device(op, rstd, "rstd", output, "output");
+  MAKE_INPLACE_CHECK(op, rstd.numel() == plan.rows && rstd.is_contiguous(),
               "rstd must be contiguous with one value per row (", plan.rows,
               "), got shape ", rstd.sizes(), " and strides ", rstd.strides());
   return plan;

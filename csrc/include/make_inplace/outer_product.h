@@ -28,13 +28,13 @@ inline kernels::OuterInput outer_input(const at::Tensor& t, at::IntArrayRef shap
   return in;
 }
 
-inline OuterShape check_outer_inputs(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() >= 1, "a must have shape (..., n), got a 0-dim tensor");
-  TORCH_CHECK(b.dim() >= 1, "b must have shape (..., m), got a 0-dim tensor");
-  check_float_dtype(a, "a");
-  check_same_dtype(b, "b", a, "a");
-  check_same_device(b, "b", a, "a");
-  TORCH_CHECK(a.sizes().slice(0, a.dim() - 1) == b.sizes().slice(0, b.dim() - 1),
+inline OuterShape check_outer_inputs(const char* op, const at::Tensor& a, const at::Tensor& b) {
+  MAKE_INPLACE_CHECK(op, a.dim() >= 1, "a must have shape (..., n), got a 0-dim tensor");
+  MAKE_INPLACE_CHECK(op, b.dim() >= 1, "b must have shape (..., m), got a 0-dim tensor");
+  check_float_dtype(op, a, "a");
+  check_same_dtype(op, b, "b", a, "a");
+  check_same_device(op, b, "b", a, "a");
+  MAKE_INPLACE_CHECK(op, a.sizes().slice(0, a.dim() - 1) == b.sizes().slice(0, b.dim() - 1),
               "b's leading dimensions must equal a's (a ", a.sizes(), ", b ",
               b.sizes(), ")");
   OuterShape s;
@@ -52,22 +52,23 @@ inline std::vector<int64_t> outer_result_shape(const OuterShape& s) {
   return shape;
 }
 
-inline void check_outer_buffer(const at::Tensor& buf, const char* name,
+inline void check_outer_buffer(const char* op, const at::Tensor& buf, const char* name,
                                at::IntArrayRef shape, const at::Tensor& a) {
-  TORCH_CHECK(buf.sizes() == shape, name, " must have shape ", shape, ", got ",
+  MAKE_INPLACE_CHECK(op, buf.sizes() == shape, name, " must have shape ", shape, ", got ",
               buf.sizes());
-  check_same_dtype(buf, name, a, "a");
-  check_same_device(buf, name, a, "a");
-  check_contiguous(buf, name, "the kernel writes it densely");
+  check_same_dtype(op, buf, name, a, "a");
+  check_same_device(op, buf, name, a, "a");
+  check_contiguous(op, buf, name, "the kernel writes it densely");
 }
 
 inline OuterShape check_outer_forward_args(const at::Tensor& a,
                                            const at::Tensor& b,
                                            const at::Tensor& out) {
-  OuterShape s = check_outer_inputs(a, b);
-  check_outer_buffer(out, "out", outer_result_shape(s), a);
-  check_no_overlap(out, "out", a, "a");
-  check_no_overlap(out, "out", b, "b");
+  constexpr const char* op = "outer_product";
+  OuterShape s = check_outer_inputs(op, a, b);
+  check_outer_buffer(op, out, "out", outer_result_shape(s), a);
+  check_no_overlap(op, out, "out", a, "a");
+  check_no_overlap(op, out, "out", b, "b");
   return s;
 }
 
@@ -75,23 +76,24 @@ inline OuterShape check_outer_backward_args(
     const at::Tensor& grad_out, const at::Tensor& a, const at::Tensor& b,
     const std::optional<at::Tensor>& grad_a,
     const std::optional<at::Tensor>& grad_b) {
-  OuterShape s = check_outer_inputs(a, b);
-  TORCH_CHECK(grad_out.sizes() == at::IntArrayRef(outer_result_shape(s)),
+  constexpr const char* op = "outer_product_backward";
+  OuterShape s = check_outer_inputs(op, a, b);
+  MAKE_INPLACE_CHECK(op, grad_out.sizes() == at::IntArrayRef(outer_result_shape(s)),
               "grad_out must have shape ", at::IntArrayRef(outer_result_shape(s)),
               " (a's leading dims, n, m), got ", grad_out.sizes());
-  check_same_dtype(grad_out, "grad_out", a, "a");
-  check_same_device(grad_out, "grad_out", a, "a");
+  check_same_dtype(op, grad_out, "grad_out", a, "a");
+  check_same_device(op, grad_out, "grad_out", a, "a");
   const at::Tensor* inputs[] = {&grad_out, &a, &b};
   const char* names[] = {"grad_out", "a", "b"};
   if (grad_a.has_value() && grad_a->defined()) {
-    check_outer_buffer(*grad_a, "grad_a", a.sizes(), a);
-    for (int k = 0; k < 3; ++k) check_no_overlap(*grad_a, "grad_a", *inputs[k], names[k]);
+    check_outer_buffer(op, *grad_a, "grad_a", a.sizes(), a);
+    for (int k = 0; k < 3; ++k) check_no_overlap(op, *grad_a, "grad_a", *inputs[k], names[k]);
   }
   if (grad_b.has_value() && grad_b->defined()) {
-    check_outer_buffer(*grad_b, "grad_b", b.sizes(), a);
-    for (int k = 0; k < 3; ++k) check_no_overlap(*grad_b, "grad_b", *inputs[k], names[k]);
+    check_outer_buffer(op, *grad_b, "grad_b", b.sizes(), a);
+    for (int k = 0; k < 3; ++k) check_no_overlap(op, *grad_b, "grad_b", *inputs[k], names[k]);
     if (grad_a.has_value() && grad_a->defined()) {
-      check_no_overlap(*grad_a, "grad_a", *grad_b, "grad_b");
+      check_no_overlap(op, *grad_a, "grad_a", *grad_b, "grad_b");
     }
   }
   return s;

@@ -12,9 +12,9 @@
 namespace make_inplace {
 
 // eps=None means torch.finfo(x.dtype).eps, as torch.nn.functional.rms_norm.
-inline double rms_norm_eps(at::ScalarType t, std::optional<double> eps) {
+inline double rms_norm_eps(at::ScalarType t, std::optional<double> eps, const char* op = "rms_norm_") {
   if (eps.has_value()) {
-    TORCH_CHECK(*eps >= 0, "eps must be >= 0 or None, got ", *eps);
+    MAKE_INPLACE_CHECK(op, *eps >= 0, "eps must be >= 0 (and not NaN) or None, got ", *eps);
     return *eps;
   }
   switch (t) {
@@ -28,14 +28,15 @@ inline double rms_norm_eps(at::ScalarType t, std::optional<double> eps) {
 // Shapes as layer_norm_'s (rows x n); returns the plan and the resolved eps.
 inline LayerNormPlan check_rms_norm_args(const at::Tensor& x, at::IntArrayRef normalized_shape,
                                          const std::optional<at::Tensor>& weight,
-                                         std::optional<double> eps, double* eps_out) {
-  check_float_dtype(x, "x");
-  LayerNormPlan plan = check_layer_norm_shape(x, "x", normalized_shape);
-  check_contiguous(x, "x",
+                                         std::optional<double> eps, double* eps_out,
+                                         const char* op = "rms_norm_") {
+  check_float_dtype(op, x, "x");
+  LayerNormPlan plan = check_layer_norm_shape(op, x, "x", normalized_shape);
+  check_contiguous(op, x, "x",
                    "the result is written into x's own memory, so a copy "
                    "would not reach the caller");
-  check_affine(weight, "weight", x, "x", normalized_shape, true);
-  *eps_out = rms_norm_eps(x.scalar_type(), eps);
+  check_affine(op, weight, "weight", x, "x", normalized_shape, true);
+  *eps_out = rms_norm_eps(x.scalar_type(), eps, op);
   return plan;
 }
 
@@ -46,7 +47,7 @@ inline LayerNormPlan check_rms_norm_backward_args(const at::Tensor& grad_output,
                                                   const at::Tensor& rstd) {
   // The same checks as layer_norm_backward's, without a bias.
   return check_layer_norm_backward_args(grad_output, output, normalized_shape, weight,
-                                        std::nullopt, rstd);
+                                        std::nullopt, rstd, "rms_norm_backward");
 }
 
 }  // namespace make_inplace

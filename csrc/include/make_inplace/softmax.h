@@ -21,7 +21,7 @@ struct SoftmaxPlan {
 inline int64_t wrap_softmax_dim(const at::Tensor& x, int64_t dim,
                                 const char* op) {
   const int64_t rank = std::max<int64_t>(x.dim(), 1);
-  TORCH_CHECK(dim >= -rank && dim < rank, op, ": dim must be in [", -rank,
+  MAKE_INPLACE_CHECK(op, dim >= -rank && dim < rank, "dim must be in [", -rank,
               ", ", rank - 1, "] for x of shape ", x.sizes(), ", got ", dim);
   return dim < 0 ? dim + rank : dim;
 }
@@ -61,32 +61,34 @@ inline bool merge_mask_dims(const at::Tensor& view, int64_t begin, int64_t end,
 inline SoftmaxPlan check_softmax_args(const at::Tensor& x, int64_t dim,
                                       std::optional<double> scale, bool causal,
                                       const std::optional<at::Tensor>& mask) {
-  check_float_dtype(x, "x");
-  const int64_t d = wrap_softmax_dim(x, dim, "softmax_");
-  check_contiguous(x, "x",
+  constexpr const char* op = "softmax_";
+  check_float_dtype(op, x, "x");
+  const int64_t d = wrap_softmax_dim(x, dim, op);
+  check_contiguous(op, x, "x",
                    "the result is written into x's own memory, so a copy "
                    "would not reach the caller");
   SoftmaxPlan plan;
   split_sizes(x, d, plan);
   plan.scale = scale.value_or(1.0);
   if (causal) {
-    TORCH_CHECK(x.dim() >= 2 && d == x.dim() - 1,
-                "softmax_: causal=True needs x with at least 2 dims and dim "
+    MAKE_INPLACE_CHECK(op, x.dim() >= 2 && d == x.dim() - 1,
+                "causal=True needs x with at least 2 dims and dim "
                 "the last one (rows are queries, columns keys), got x of "
                 "shape ", x.sizes(), " and dim ", dim);
     plan.causal_rows = x.size(-2);
   }
   if (mask.has_value() && mask->defined()) {
     const at::Tensor& m = *mask;
-    check_same_dtype(m, "mask", x, "x");
-    check_same_device(m, "mask", x, "x");
+    check_same_dtype(op, m, "mask", x, "x");
+    check_same_device(op, m, "mask", x, "x");
     bool broadcastable = m.dim() <= x.dim();
     for (int64_t k = 1; broadcastable && k <= m.dim(); ++k) {
       broadcastable = m.size(-k) == 1 || m.size(-k) == x.size(-k);
     }
-    TORCH_CHECK(broadcastable, "mask must be broadcastable to x's shape ",
-                x.sizes(), ", got mask of shape ", m.sizes());
-    check_no_overlap(x, "x", m, "mask");
+    MAKE_INPLACE_CHECK(op, broadcastable, "mask must be broadcastable to x's shape ",
+                x.sizes(), " (at most x's dims; each trailing dim 1 or x's), got mask of shape ",
+                m.sizes());
+    check_no_overlap(op, x, "x", m, "mask");
     if (x.numel() > 0) {
       const at::Tensor view = m.expand(x.sizes());  // a view: strides 0 where broadcast
       const int64_t rank = x.dim();
@@ -98,7 +100,7 @@ inline SoftmaxPlan check_softmax_args(const at::Tensor& x, int64_t dim,
                           layout.outer_strides) &&
           merge_mask_dims(view, d + 1, rank, &layout.inner_rank,
                           layout.inner_sizes, layout.inner_strides);
-      TORCH_CHECK(fits, "mask of shape ", m.sizes(), " and strides ",
+      MAKE_INPLACE_CHECK(op, fits, "mask of shape ", m.sizes(), " and strides ",
                   m.strides(), " broadcasts to x's shape ", x.sizes(),
                   " in more than ", kernels::kMaskMaxDims,
                   " separate dims on one side of dim; merge its dims "
@@ -109,20 +111,21 @@ inline SoftmaxPlan check_softmax_args(const at::Tensor& x, int64_t dim,
 }
 
 // grad_name: "grad_output" (softmax_backward) or "grad" (softmax_backward_,
-// which writes the result over it).
+// which writes the result over it); op: the op whose arguments these are.
 inline SoftmaxPlan check_softmax_backward_args(const at::Tensor& grad_output,
                                                const at::Tensor& output,
                                                int64_t dim, double scale,
-                                               const char* grad_name = "grad_output") {
-  check_float_dtype(output, "output");
-  check_same_dtype(grad_output, grad_name, output, "output");
-  check_same_device(grad_output, grad_name, output, "output");
-  TORCH_CHECK(grad_output.sizes() == output.sizes(), grad_name,
+                                               const char* grad_name = "grad_output",
+                                               const char* op = "softmax_backward") {
+  check_float_dtype(op, output, "output");
+  check_same_dtype(op, grad_output, grad_name, output, "output");
+  check_same_device(op, grad_output, grad_name, output, "output");
+  MAKE_INPLACE_CHECK(op, grad_output.sizes() == output.sizes(), grad_name,
               " must have output's shape ", output.sizes(), ", got ",
               grad_output.sizes());
-  const int64_t d = wrap_softmax_dim(output, dim, "softmax_backward");
-  check_contiguous(grad_output, grad_name, "the kernel reads it row by row");
-  check_contiguous(output, "output", "the kernel reads it row by row");
+  const int64_t d = wrap_softmax_dim(output, dim, op);
+  check_contiguous(op, grad_output, grad_name, "the kernel reads it row by row");
+  check_contiguous(op, output, "output", "the kernel reads it row by row");
   SoftmaxPlan plan;
   split_sizes(output, d, plan);
   plan.scale = scale;

@@ -26,36 +26,37 @@ inline SquareWeight check_square_matmul_args(
     const at::Tensor& x, const at::Tensor& weight,
     const std::optional<at::Tensor>& bias, bool transpose,
     std::optional<int64_t> workspace_bytes) {
-  TORCH_CHECK(x.dim() >= 1,
+  constexpr const char* op = "square_matmul_";
+  MAKE_INPLACE_CHECK(op, x.dim() >= 1,
               "x must have at least one dimension (..., n), got a 0-dim tensor");
-  check_float_dtype(x, "x");
+  check_float_dtype(op, x, "x");
   const int64_t n = x.size(-1);
-  TORCH_CHECK(n >= 1, "x's last dimension n must be at least 1, got shape ",
+  MAKE_INPLACE_CHECK(op, n >= 1, "x's last dimension n must be at least 1, got shape ",
               x.sizes());
-  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == n && weight.size(1) == n,
+  MAKE_INPLACE_CHECK(op, weight.dim() == 2 && weight.size(0) == n && weight.size(1) == n,
               "weight must have shape (", n, ", ", n,
               ") to match x's last dimension, got ", weight.sizes());
-  check_same_dtype(weight, "weight", x, "x");
-  check_same_device(weight, "weight", x, "x");
-  check_contiguous(x, "x",
+  check_same_dtype(op, weight, "weight", x, "x");
+  check_same_device(op, weight, "weight", x, "x");
+  check_contiguous(op, x, "x",
                    "the result is written into x's own memory, so a copy "
                    "would not reach the caller");
-  check_no_overlap(x, "x", weight, "weight");
+  check_no_overlap(op, x, "x", weight, "weight");
   if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n,
+    MAKE_INPLACE_CHECK(op, bias->dim() == 1 && bias->size(0) == n,
                 "bias must have shape (", n, "), got ", bias->sizes());
-    check_same_dtype(*bias, "bias", x, "x");
-    check_same_device(*bias, "bias", x, "x");
-    TORCH_CHECK(bias->stride(0) == 1 || n == 1,
+    check_same_dtype(op, *bias, "bias", x, "x");
+    check_same_device(op, *bias, "bias", x, "x");
+    MAKE_INPLACE_CHECK(op, bias->stride(0) == 1 || n == 1,
                 "bias must be contiguous, got stride ", bias->stride(0));
-    check_no_overlap(x, "x", *bias, "bias");
+    check_no_overlap(op, x, "x", *bias, "bias");
   }
-  TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0,
+  MAKE_INPLACE_CHECK(op, !workspace_bytes.has_value() || *workspace_bytes >= 0,
               "workspace_bytes must be None or >= 0, got ",
               workspace_bytes.value_or(0));
   if (weight.is_contiguous()) return {weight, transpose};
   if (weight.t().is_contiguous()) return {weight.t(), !transpose};
-  TORCH_CHECK(false,
+  MAKE_INPLACE_CHECK(op, false,
               "weight must be contiguous or the transpose of a contiguous "
               "matrix (it is read in place, never copied), got strides ",
               weight.strides());

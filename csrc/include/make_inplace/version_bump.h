@@ -2,7 +2,10 @@
 // Boxed ADInplaceOrView kernel shared by every mutating op.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <string>
 
 namespace make_inplace {
 
@@ -17,6 +20,17 @@ inline void bump_versions_then_redispatch(const c10::OperatorHandle& op,
     const c10::IValue& value = (*stack)[first + i];
     if (alias != nullptr && alias->isWrite() && value.isTensor()) {
       written.push_back(value.toTensor());
+      // As torch's in-place ops, before anything is written: an inference
+      // tensor has no version counter, so autograd could not see the write.
+      const at::Tensor& t = written.back();
+      if (t.defined() && t.is_inference() && !c10::InferenceMode::is_enabled()) {
+        std::string name = op.schema().name();  // "make_inplace::softmax_"
+        name.replace(name.find("::"), 2, ".");
+        TORCH_CHECK(false, name, ": ", args[i].name(),
+                    " is an inference tensor (made under torch.inference_mode()) and cannot "
+                    "be written outside inference mode, as in torch; call the op inside "
+                    "torch.inference_mode() or pass ", args[i].name(), ".clone()");
+      }
     }
   }
   {
