@@ -472,3 +472,55 @@ def test_compile_fullgraph_softmax_with_mask_requiring_grad(backend, mask_shape)
     torch.softmax(x_ref * 0.5 + m_ref, -1).backward(g)
     torch.testing.assert_close(x.grad, x_ref.grad)
     torch.testing.assert_close(m.grad, m_ref.grad)
+
+
+# ------------------------------------------------- C++ errors name the op too
+
+
+def _bad_cpp_calls():
+    """(op, call, pattern): arguments only the C++ checks refuse."""
+    x = _rand(4, 6)
+    y = torch.softmax(_rand(4, 6), -1)
+    saved = _layer_norm_saved()
+    yield "square_matmul_", lambda: op.square_matmul_(torch.arange(8).view(2, 4), torch.eye(4)), "x must have dtype"
+    yield "square_matmul_", lambda: op.square_matmul_(_rand(3, 4), _rand(3, 3)), "weight must have shape"
+    yield "square_matmul_", lambda: op.square_matmul_(_rand(3, 4), _rand(4, 4), workspace_bytes=-1), "workspace_bytes"
+    yield "softmax_", lambda: op.softmax_(x, 2), "dim must be in"
+    yield "softmax_", lambda: op.softmax_(x, 0, causal=True), "causal=True"
+    # The mask: x's dtype, at most x's dims, each trailing dim 1 or x's.
+    yield "softmax_", lambda: op.softmax_(x, mask=_rand(6, dtype=torch.float32)), "mask must have the same dtype as x"
+    yield "softmax_", lambda: op.softmax_(x, mask=_rand(5)), "mask must be broadcastable"
+    yield "softmax_", lambda: op.softmax_(x, mask=_rand(2, 4, 6)), "mask must be broadcastable"
+    yield "softmax_backward", lambda: op.softmax_backward(_rand(4, 5), y, -1, 1.0), "grad_output must have output's shape"
+    yield "softmax_backward_", lambda: op.softmax_backward_(_rand(6, 4).t(), y, -1, 1.0), "grad must be contiguous"
+    yield "layer_norm_", lambda: op.layer_norm_(x, [6], None, None, -1e-5), r"eps must be >= 0"
+    yield "layer_norm_", lambda: op.layer_norm_(x, [6], None, None, float("nan")), r"eps must be >= 0 \(and not NaN\)"
+    yield "layer_norm_", lambda: op.layer_norm_(x, [5]), "normalized_shape"
+    yield "layer_norm_stats_", lambda: op.layer_norm_stats_(x, [6], None, None, -1.0), r"eps must be >= 0"
+    yield "layer_norm_backward", lambda: op.layer_norm_backward(
+        saved["grad_output"], saved["output"], [6], saved["weight"], saved["bias"], saved["rstd"].float(),
+        [True, True, True]), "rstd must have dtype"
+    yield "trilinear_interpolation", lambda: op.trilinear_interpolation(_rand(5, 7, 3), _rand(5, 3), out=_rand(5, 3)), "8 corners"
+    yield "trilinear_interpolation_backward", lambda: op.trilinear_interpolation_backward(
+        _rand(5, 3), _rand(5, 3), None, False, grad_feats=_rand(5, 8, 3), grad_points=_rand(5, 3)), "grad_points needs feats"
+    yield "outer_product", lambda: op.outer_product(_rand(2, 3), _rand(3, 5), out=_rand(2, 3, 5)), "leading dimensions"
+    yield "outer_product_backward", lambda: op.outer_product_backward(
+        _rand(2, 3, 4), _rand(2, 3), _rand(2, 5), False, grad_a=None, grad_b=None), "grad_out must have shape"
+
+
+@pytest.mark.parametrize("name,call,pattern", [pytest.param(*c, id=f"{c[0]}-{c[2][:30]}") for c in _bad_cpp_calls()])
+def test_cpp_errors_name_the_op_and_argument(name, call, pattern):
+    with pytest.raises((RuntimeError, ValueError, TypeError)) as info:
+        call()
+    message = str(info.value)
+    assert message.startswith(f"make_inplace.{name}: "), message
+    assert re.search(pattern, message), (pattern, message)
+
+
+def test_public_layer_norm_refuses_negative_and_nan_eps_unchanged():
+    for eps in (-1e-5, float("nan")):
+        x = _rand(4, 6)
+        before = x.clone()
+        with pytest.raises(RuntimeError, match=r"make_inplace\.layer_norm_: eps must be >= 0"):
+            make_inplace.layer_norm_(x, 6, eps=eps)
+        assert torch.equal(x, before)
