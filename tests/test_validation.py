@@ -524,3 +524,17 @@ def test_public_layer_norm_refuses_negative_and_nan_eps_unchanged():
         with pytest.raises(RuntimeError, match=r"make_inplace\.layer_norm_: eps must be >= 0"):
             make_inplace.layer_norm_(x, 6, eps=eps)
         assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("case,written", list(_written_variants(RAW)))
+def test_torch_ops_refuse_to_write_a_tensor_autograd_tracks(case, written):
+    # torch.ops.make_inplace.* has no autograd formula (the Python functions add
+    # it): a write into a tensor requiring grad would go unseen by autograd.
+    tensors = case.build()
+    source = tensors[written].clone().requires_grad_()
+    tensors[written] = source * 1.0
+    before = _snapshot({**tensors, "source": source})
+    _raises(case, tensors, re.escape(written), "requires grad", r"no_grad\(\)")
+    _assert_unchanged({**tensors, "source": source}, before, f"torch.ops {case.op} writing {written}")
+    with torch.no_grad():
+        case.run(tensors)

@@ -2,6 +2,7 @@
 // Boxed ADInplaceOrView kernel shared by every mutating op.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -23,13 +24,22 @@ inline void bump_versions_then_redispatch(const c10::OperatorHandle& op,
       // As torch's in-place ops, before anything is written: an inference
       // tensor has no version counter, so autograd could not see the write.
       const at::Tensor& t = written.back();
+      std::string name = op.schema().name();  // "make_inplace::softmax_"
+      name.replace(name.find("::"), 2, ".");
       if (t.defined() && t.is_inference() && !c10::InferenceMode::is_enabled()) {
-        std::string name = op.schema().name();  // "make_inplace::softmax_"
-        name.replace(name.find("::"), 2, ".");
         TORCH_CHECK(false, name, ": ", args[i].name(),
                     " is an inference tensor (made under torch.inference_mode()) and cannot "
                     "be written outside inference mode, as in torch; call the op inside "
                     "torch.inference_mode() or pass ", args[i].name(), ".clone()");
+      }
+      // The torch.ops entry points have no autograd formula (the Python
+      // functions add it), so a write into a tensor autograd tracks would go unseen.
+      if (t.defined() && t.requires_grad() && c10::GradMode::is_enabled()) {
+        TORCH_CHECK(false, name, ": ", args[i].name(),
+                    " requires grad, but torch.ops.", name,
+                    " has no autograd formula and would write it behind autograd; call the "
+                    "Python function (", name, "), which records the write, or run under "
+                    "torch.no_grad()");
       }
     }
   }
