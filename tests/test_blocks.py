@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from make_inplace.blocks import Norm, residual_attention_, residual_mlp_
-from make_inplace.blocks.panels import AttentionPlan, attention_plan, balanced_rows, mlp_panel_rows
+from make_inplace._measure import cpu_peak_extra
+from make_inplace.blocks.panels import (AttentionPlan, FlashSplitKV, attention_plan, balanced_rows, flash_split_kv_bytes,
+                                       mlp_panel_rows)
 
 from conftest import DEVICES
 
@@ -245,6 +247,19 @@ def _kwargs(ws, bs):
     return dict(zip(("q_weight", "k_weight", "v_weight", "o_weight", "q_bias", "k_bias", "v_bias", "o_bias"), ws + bs))
 
 
+def _attention_row_bytes(device, dtype, d, heads, head_dim, *, norm=True, rotary=True):
+    """One query row's temporaries as residual_attention_ plans them: the normalized row, q, the
+    attention output, the rotary scratch, the kernels' log-sum-exp per head; on CPU also the second
+    partial output, log-sum-exp and merge weights of a lower-right causal panel."""
+    size = torch.empty((), dtype=dtype).element_size()
+    lse = 8 if dtype == torch.float64 else 4
+    q = heads * head_dim
+    elements = (d if norm else 0) + 2 * q + (q if rotary else 0)
+    if device == "cuda":
+        return elements * size + heads * lse
+    return (elements + q) * size + heads * (2 * lse + size)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)])
@@ -304,7 +319,7 @@ def test_attention_panel_sizes_and_groups(device, rows, mask):
     m = _padding_mask(B, S, device, [13, 9, 1, 5]) & torch.ones(S, S, dtype=torch.bool, device=device).tril() if mask else None
     expected = _attention64(x, ws, bs, heads, kv_heads, norm, None, not mask, m, rot, 0.3, "linear")
     size = 8
-    per_row = (d + 2 * 32 + 32 + (32 if device == "cpu" else 0)) * size
+    per_row = _attention_row_bytes(device, dtype, d, heads, 32 // heads)
     per_seq = (2 * S * 16 + (2 * S * 32 if mask else 0)) * size
     ws_bytes = None if rows is None else per_seq + rows * per_row
     residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=not mask,
@@ -327,7 +342,7 @@ def test_attention_with_cache_causal_offsets(device, past_len, rows, S):
     norm = _norm("rms", d, dtype, device, gen)
     expected = _attention64(x, ws, bs, heads, kv_heads, norm, None, True, None, rot, None, "linear", past=past)
     cache = _ListCache(past)
-    per_row = (d + 3 * 32 + (32 if device == "cpu" else 0)) * 8
+    per_row = _attention_row_bytes(device, dtype, d, heads, 8)
     residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=True,
                         rotary=rot, kv_update=cache, workspace_bytes=None if rows is None else rows * per_row)
     _close(x, expected, dtype)
@@ -443,11 +458,104 @@ def test_attention_split_sequences_half_precision(device, kv_heads, past_len):
     if past_len:
         past = tuple(torch.randn(B, kv_heads, past_len, hd, generator=gen, dtype=torch.float64).to(device, dtype) for _ in range(2))
     expected = _attention64(x, ws, bs, heads, kv_heads, None, None, True, None, rot, None, "linear", past=past)
-    per_row = (3 * d + (d if device == "cpu" else 0)) * 2
+    per_row = _attention_row_bytes(device, dtype, d, heads, hd, norm=False)
     residual_attention_(x, **_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, causal=True, rotary=rot,
                         kv_update=_ListCache(past) if past_len else None,
                         workspace_bytes=2 * S * kv_heads * hd * 2 + 5 * per_row)
     _close(x, expected, dtype)
+
+
+# -- the plan counts what coexists: the attention kernels' own memory ------------------------------
+
+
+def test_flash_split_kv_scratch_explains_the_h100_peak():
+    """FlashAttention-2 splits the keys of a call with few CTAs into float32 partial outputs it allocates.
+
+    test_cuda_attention_stays_within_its_workspace[512] peaked at 6374400 bytes on an H100 (132 SMs)
+    against a plan of 3 MiB: K and V of the sequence, the q panel and the attention output (2 MiB),
+    the last panel's split-KV accumulators (8 heads x 512 rows x 8 blocks of 64 = 64 CTAs: 4 splits),
+    its log-sum-exp and two 512-byte RNG-state blocks.
+    """
+    scratch = flash_split_kv_bytes(batch=1, heads=8, kv_heads=2, q_len=512, kv_len=2048, head_dim=64, sm_count=132)
+    assert scratch == 4 * 8 * 512 * (64 + 1) * 4
+    assert (2 << 20) + scratch + 8 * 512 * 4 + 2 * 512 == 6374400
+    # Enough CTAs (a whole sequence: 8 heads x 32 blocks of rows), or all keys in one block: no split.
+    assert flash_split_kv_bytes(batch=1, heads=8, kv_heads=2, q_len=2048, kv_len=2048, head_dim=64, sm_count=132) == 0
+    assert flash_split_kv_bytes(batch=1, heads=8, kv_heads=2, q_len=64, kv_len=256, head_dim=64, sm_count=132) == 0
+    # One query with grouped heads: the 4 heads of a group are the kernel's queries; 32 splits of 128 keys.
+    assert flash_split_kv_bytes(batch=1, heads=8, kv_heads=2, q_len=1, kv_len=4096, head_dim=128, sm_count=132) == 32 * 2 * 4 * 129 * 4
+
+
+@pytest.mark.parametrize("sm_count", [108, 114, 132, 148])
+@pytest.mark.parametrize("rows", [None, 512, 128])
+def test_plan_fits_flash_split_kv_scratch(sm_count, rows):
+    """The CUDA workspace case, planned for several GPUs: K/V, each panel's rows and its kernel scratch fit."""
+    B, S, d, heads, kv_heads = 8, 2048, 512, 8, 2
+    hd = d // heads
+    per_row = _attention_row_bytes("cuda", torch.bfloat16, d, heads, hd)
+    per_seq = 2 * S * kv_heads * hd * 2
+    bound = per_seq + (S if rows is None else rows) * per_row
+    scratch = FlashSplitKV(heads=heads, kv_heads=kv_heads, head_dim=hd, seq_len=S, kv_len=S, causal=True, sm_count=sm_count)
+    common = dict(batch=B, seq_len=S, per_sequence_bytes=per_seq, per_row_bytes=per_row, x_bytes=B * S * d * 2,
+                  workspace_bytes=bound)
+    plan = attention_plan("f", **common, kernel_bytes=scratch)
+    panels = [(s0, min(s0 + plan.q_rows, S)) for s0 in range(0, S, plan.q_rows)]
+    need = plan.group * per_seq + max(plan.group * (s1 - s0) * per_row + scratch(plan.group, s0, s1) for s0, s1 in panels)
+    assert need <= bound
+    # Without the kernel's scratch the plan took the whole bound for rows: 4 MiB more than it holds.
+    assert attention_plan("f", **common).q_rows == (S if rows is None else rows)
+    if rows is None:
+        assert plan == AttentionPlan(group=1, q_rows=S, seq_len=S)  # a whole sequence fills the GPU: no split
+    else:
+        assert rows // 8 <= plan.q_rows < rows  # smaller panels, still GEMMs of some rows
+
+
+def test_plan_error_when_the_kernel_scratch_does_not_fit():
+    with pytest.raises(ValueError, match="not the attention kernel's own scratch for them \\(10000 bytes\\); pass at least 12010"):
+        attention_plan("f", batch=1, seq_len=100, per_sequence_bytes=2000, per_row_bytes=10, x_bytes=0,
+                       workspace_bytes=5000, kernel_bytes=lambda group, s0, s1: 10_000)
+    # The default bound makes room for it.
+    plan = attention_plan("f", batch=1, seq_len=100, per_sequence_bytes=2000, per_row_bytes=10, x_bytes=0,
+                          workspace_bytes=None, kernel_bytes=lambda group, s0, s1: 10_000)
+    assert plan == AttentionPlan(group=1, q_rows=100, seq_len=100)
+
+
+def _cpu_flash_tiles(dtype, q_rows, kv_len, head_dim) -> int:
+    """The CPU flash-attention kernel's per-thread tiles (aten FlashAttentionKernel.cpp), all threads:
+    per thread, qk scores of a q split x kv split block, row max and sum, and an output tile in the
+    accumulation type, and the scores again in a reduced type."""
+    q_split = min(q_rows, 256 if q_rows >= 768 else 64 if q_rows >= 192 else 32)
+    kv_split = min(kv_len, 512)
+    accumulate = 8 if dtype == torch.float64 else 4
+    reduced = torch.empty((), dtype=dtype).element_size() if dtype in (torch.float16, torch.bfloat16) else 0
+    per_thread = (q_split * kv_split + 2 * q_split + q_split * head_dim) * accumulate + q_split * kv_split * reduced
+    return torch.get_num_threads() * per_thread
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cpu_attention_split_sequences_stay_within_workspace(dtype):
+    """Query panels inside a sequence with GQA, rotary and causal attention: the CPU peak stays within the plan.
+
+    Panels after a sequence's first see their keys lower-right aligned. torch's causal_lower_right has no
+    fused CPU kernel: SDPA materialized a (rows, keys) bool mask and its float copy, and the CausalBias
+    object is itself a float32 tensor of shape (2, rows, keys): 13.9 MB here in bf16 against a plan of 3.7.
+    """
+    B, S, d, heads, kv_heads, rows = 2, 2048, 512, 8, 2, 512
+    hd = d // heads
+    x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, "cpu", bias=True, layout="linear", rotary=True, seed=15)
+    norm = _norm("layer", d, dtype, "cpu", torch.Generator().manual_seed(16))
+    bound = 2 * S * kv_heads * hd * x.element_size() + rows * _attention_row_bytes("cpu", dtype, d, heads, hd)
+    kwargs = dict(**_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=True, rotary=rot)
+    with torch.no_grad():
+        whole = residual_attention_(x.clone(), **kwargs)  # whole sequences: one is_causal call per group
+        residual_attention_(x.clone(), **kwargs, workspace_bytes=bound)
+        y = x.clone()
+        peak = cpu_peak_extra(lambda: residual_attention_(y, **kwargs, workspace_bytes=bound))
+    # Beyond the plan: the flash kernel's per-thread tiles and GEMM packing buffers.
+    slack = _cpu_flash_tiles(dtype, rows, S, hd) + (256 << 10)
+    assert peak <= bound + slack, (peak, bound, slack)
+    rtol, atol = (2e-2, 2e-2) if dtype == torch.bfloat16 else (1e-5, 1e-5)
+    torch.testing.assert_close(y, whole, rtol=rtol, atol=atol)
 
 
 # -- CUDA: the workspace bound holds ------------------------------------------------------------------
@@ -489,7 +597,7 @@ def test_cuda_attention_stays_within_its_workspace(rows):
     dtype, B, S, d, heads, kv_heads = torch.bfloat16, 8, 2048, 512, 8, 2
     x, ws, bs, rot = _attention_case(B, S, d, heads, kv_heads, dtype, "cuda", bias=True, layout="linear", rotary=True, seed=15)
     norm = _norm("layer", d, dtype, "cuda", torch.Generator().manual_seed(16))
-    per_row = (d + 3 * d) * 2  # normalized row, q, attention output, rotary scratch
+    per_row = _attention_row_bytes("cuda", dtype, d, heads, d // heads)  # normalized row, q, output, rotary, lse
     per_seq = 2 * S * (kv_heads * d // heads) * 2
     bound = per_seq + (S if rows is None else rows) * per_row
     kwargs = dict(**_kwargs(ws, bs), num_heads=heads, num_kv_heads=kv_heads, norm=norm, causal=True, rotary=rot,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -11,10 +12,16 @@ from torch.nn.attention.bias import causal_lower_right
 from . import linear
 from .checks import check_operand, check_stream, wants_grad
 from .norm import Norm
-from .panels import AttentionPlan, attention_plan, check_workspace_bytes
+from .panels import AttentionPlan, FlashSplitKV, attention_plan, check_workspace_bytes
 from .rotary import apply_rotary_, check_rotary, rotary_rows
 
 _FN = "residual_attention_"
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
 
 KVUpdate = Callable[[torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
 
@@ -79,9 +86,12 @@ def residual_attention_(
             kv_len, head_dim) (for example ``lambda k, v: cache.update(k, v,
             layer_idx)`` of transformers). It is called before x is written.
         workspace_bytes: bound on the temporaries besides what the cache
-            keeps. ``None``: x's size, at least 8192 query rows' worth, at
-            most 1 GiB. An explicit bound below one sequence's K and V plus one
-            query row is an error.
+            keeps, the attention kernel's own scratch included (on CUDA,
+            FlashAttention's split-KV accumulators of panels with few query
+            rows: see ``panels.FlashSplitKV``). ``None``: x's size, at least
+            8192 query rows' worth, at most 1 GiB. An explicit bound below one
+            sequence's K and V plus one query row (and the kernel's scratch for
+            it) is an error.
 
     Returns:
         x, holding the result, when nothing requires grad or grad mode is off.
@@ -235,9 +245,29 @@ class _Block:
             if p == visible:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=grouped)
             if p > 1:
+                if q.device.type == "cpu" and not _needs_grad(q, k, v):
+                    return self._lower_right_cpu(q, k, v, visible - p)
                 bias = causal_lower_right(p, visible)
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.scale, enable_gqa=grouped)
         return F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=grouped)
+
+    def _lower_right_cpu(self, q, k, v, offset: int) -> torch.Tensor:
+        """Query i of q (p rows) over keys [0, offset + i]: lower-right causal without a (p, kv_len) mask.
+
+        torch's ``causal_lower_right`` has no fused CPU kernel: SDPA materializes the
+        bias (a bool (p, kv_len) mask, then its float copy), and the CausalBias object
+        is itself a float32 tensor of shape (2, p, kv_len). Instead: the keys before
+        the panel without a mask and the panel's own (square) block with ``is_causal``,
+        each through the fused CPU kernel, which also returns its log-sum-exp; the
+        softmax over all keys is their log-sum-exp-weighted mix,
+        ``o = o1 + (o2 - o1) * sigmoid(lse2 - lse1)``.
+        """
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        o, lse = flash(q, k[:, :, :offset], v[:, :, :offset], 0.0, False, scale=self.scale)
+        o2, lse2 = flash(q, k[:, :, offset:], v[:, :, offset:], 0.0, True, scale=self.scale)
+        weight = lse2.sub_(lse).sigmoid_().unsqueeze(-1)
+        del lse
+        return o.lerp_(o2, weight.to(o.dtype))
 
     def _finish_(self, xp: torch.Tensor, o: torch.Tensor) -> None:
         """x_P += o W_o^T + b_o, then the post-norm; o is (g, H, p, hd)."""
@@ -250,7 +280,8 @@ class _Block:
 
     # -- the in-place path ---------------------------------------------------
 
-    def _plan(self, kv_len: int, kv_in_workspace: bool, workspace_bytes: int | None) -> AttentionPlan:
+    def _plan(self, kv_len: int, kv_in_workspace: bool, workspace_bytes: int | None, attends: bool = True) -> AttentionPlan:
+        """Panels within the bound; ``attends=False``: panels that only make K and V (no attention kernel)."""
         size = self.x.element_size()
         q_features, kv_features = self.heads * self.head_dim, self.kv_heads * self.head_dim
         per_sequence = 2 * self.seq_len * kv_features if kv_in_workspace else 0
@@ -259,17 +290,38 @@ class _Block:
         per_row = (self.d if self.norm is not None else 0) + 2 * q_features
         if self.rotary is not None:
             per_row += q_features  # two half-size rotary temporaries
-        if self.x.device.type != "cuda":
-            per_row += q_features  # the math kernel's output is (g, H, p, hd): reshaping copies it
+        per_row *= size
+        lse_size = 8 if self.x.dtype == torch.float64 else 4
+        if self.x.device.type == "cuda":
+            per_row += self.heads * lse_size  # the fused kernels' log-sum-exp per query row and head
+        else:
+            # Lower-right causal panels: a second partial output, two log-sum-exps and the merge weights
+            # (_lower_right_cpu); whole-panel calls hold less.
+            per_row += q_features * size + self.heads * (2 * lse_size + size)
         return attention_plan(
             _FN,
             batch=self.batch,
             seq_len=self.seq_len,
             per_sequence_bytes=per_sequence * size,
-            per_row_bytes=per_row * size,
+            per_row_bytes=per_row,
             x_bytes=self.x.numel() * size,
             workspace_bytes=workspace_bytes,
+            kernel_bytes=self._kernel_bytes(kv_len) if attends else None,
         )
+
+    def _kernel_bytes(self, kv_len: int) -> FlashSplitKV | None:
+        """The attention kernel's own scratch per panel: FlashAttention-2's split-KV accumulators on CUDA.
+
+        Half types without a mask run the flash kernel (or cuDNN, which the count then
+        over-estimates); a panel of few query rows launches too few CTAs to fill the GPU
+        and the kernel splits the keys into float32 partial outputs (panels.FlashSplitKV).
+        """
+        if self.x.device.type != "cuda" or torch.version.hip is not None:
+            return None
+        if self.x.dtype not in (torch.float16, torch.bfloat16) or self.mask is not None:
+            return None
+        return FlashSplitKV(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, seq_len=self.seq_len,
+                            kv_len=kv_len, causal=self.causal, sm_count=_sm_count(self.x.device))
 
     def _panels(self, plan: AttentionPlan):
         """(b0, b1, s0, s1) for every panel, in row order."""
@@ -341,7 +393,7 @@ class _Block:
         kv_features = self.kv_heads * self.head_dim
         k_new = self.x.new_empty(B * S, kv_features)
         v_new = self.x.new_empty(B * S, kv_features)
-        plan = self._plan(S, False, workspace_bytes)
+        plan = self._plan(S, False, workspace_bytes, attends=False)
         for b0, b1, s0, s1 in self._panels(plan):
             r0 = b0 * S + s0
             r1 = r0 + (b1 - b0) * (s1 - s0)
@@ -387,6 +439,10 @@ class _Block:
         if self.post_norm is not None:
             y = self.post_norm(y)
         return y.view(B, S, self.d)
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _rotated(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
