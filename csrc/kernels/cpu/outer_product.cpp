@@ -45,8 +45,9 @@ struct Forward {
     const T* a = static_cast<const T*>(c->a.data);
     const T* b = static_cast<const T*>(c->b.data);
     const int64_t n = c->n, m = c->m, bs = c->b.stride[1];
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t s = r / n, i = r - s * n;
+    // (s, i) of row r, stepped along without a division per row.
+    int64_t s = begin / n, i = begin - s * n;
+    for (int64_t r = begin; r < end; ++r, i = i + 1 == n ? (++s, 0) : i + 1) {
       const T* bs_row = b + s * c->b.stride[0];
       T* dst = static_cast<T*>(c->out) + r * m;
       if (bs != 1 || std::is_same_v<T, double>) {

@@ -10,8 +10,9 @@
 // accumulates over it. Slices past the first add to a float tile on the
 // stack; the last one adds the bias and writes x. Half types compute in
 // float32; float64 keeps a plain double loop. The stack holds about
-// kPanelBytes + kSliceBytes + the partial tile; only rows wider than
-// kPanelBytes / 4 elements take one heap row buffer per chunk instead.
+// kPanelBytes + a slice + the partial tile (about 100 KiB); only rows wider
+// than kPanelBytes / 4 elements (float64: kStackDoubles) take one heap row
+// buffer per chunk instead.
 #include "make_inplace/kernels/square_matmul.h"
 
 #include <c10/util/BFloat16.h>
@@ -233,13 +234,18 @@ struct Panels {
   }
 };
 
-// float64: one row at a time in double, n accumulators per chunk.
+// float64: one row at a time in double, n accumulators per chunk (on the
+// stack up to kStackDoubles, else on the heap).
+constexpr int64_t kStackDoubles = 8192;
+
 void rows_double(const Call& c, int64_t begin, int64_t end) {
   const int64_t n = c.n;
   double* x = static_cast<double*>(c.x);
   const double* w = static_cast<const double*>(c.w);
   const double* bias = static_cast<const double*>(c.bias);
-  std::vector<double> acc(static_cast<size_t>(n));
+  double stack_acc[kStackDoubles];
+  std::vector<double> heap_acc(static_cast<size_t>(n > kStackDoubles ? n : 0));
+  double* acc = n > kStackDoubles ? heap_acc.data() : stack_acc;
   for (int64_t r = begin; r < end; ++r) {
     double* row = x + r * n;
     if (c.transpose) {  // acc[j] = sum_k row[k] * w[j, k]
@@ -249,7 +255,7 @@ void rows_double(const Call& c, int64_t begin, int64_t end) {
         acc[j] = s;
       }
     } else {  // acc[j] = sum_k row[k] * w[k, j]
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc, acc + n, 0.0);
       for (int64_t k = 0; k < n; ++k) {
         const double a = row[k];
         for (int64_t j = 0; j < n; ++j) acc[j] += a * w[k * n + j];

@@ -10,11 +10,13 @@
 namespace make_inplace::kernels {
 
 // x (rows x n), w (n x n) and bias (n, or null) are row-major and contiguous,
-// all of element type `kind`; half types accumulate in float32. Rows are
-// processed in parallel when the file is compiled with OpenMP (the MindSpore
-// bridge); the PyTorch binding instead hands it chunks of rows from
-// at::parallel_for. Returns 0, or -1 for an unknown `kind`. Allocates n
-// accumulators per thread and nothing else.
+// all of element type `kind`; half types accumulate in float32. Rows are split
+// over threads through the registered parallel-for (cpu_parallel.h: ATen's
+// pool in the PyTorch extension, OpenMP in the MindSpore bridge). Returns 0,
+// or -1 for an unknown `kind`. Each thread keeps a panel of rows and a packed
+// slice of w on its stack (about 100 KiB) and allocates nothing, except for
+// rows wider than 16384 elements (8192 for float64): one heap row buffer per
+// thread.
 int square_matmul_rowwise(ScalarKind kind, void* x, const void* w,
                           const void* bias, int64_t rows, int64_t n,
                           bool transpose);
