@@ -6,7 +6,7 @@ import torch
 
 import make_inplace
 
-from . import Row
+from . import Row, compiled_ms
 from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
@@ -51,6 +51,8 @@ def rows(device: torch.device) -> list[Row]:
     ref_a, ref_b = _torch_backward(grad_out.double(), a.double(), b.double())
     bwd_error = max(relative_error(grad_a, ref_a), relative_error(grad_b, ref_b))
 
+    compile_fwd = compiled_ms(_torch_forward, (a, b), device)
+    compile_bwd = compiled_ms(_torch_backward, (grad_out, a, b), device)
     return [
         Row(
             op="outer_product(out=)",
@@ -63,6 +65,7 @@ def rows(device: torch.device) -> list[Row]:
             ours_bytes=mem["ours_fwd"],
             torch_bytes=mem["torch_fwd"],
             notes="torch: a[..., :, None] * b[..., None, :]",
+            compile_ms=compile_fwd,
         ),
         Row(
             op="outer_product_backward",
@@ -75,5 +78,6 @@ def rows(device: torch.device) -> list[Row]:
             ours_bytes=mem["ours_bwd"],
             torch_bytes=mem["torch_bwd"],
             notes="grad_a and grad_b into caller buffers; torch: two bmm",
+            compile_ms=compile_bwd,
         ),
     ]

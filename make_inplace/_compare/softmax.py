@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Row
+from . import Row, compiled_ms
 from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
@@ -28,6 +28,7 @@ def _row(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype, scale
     # Repeated application keeps x a finite probability vector: safe to time in place.
     ours_ms = time_ms(lambda: softmax_(x, -1, scale=scale, causal=causal), device)
     torch_ms = time_ms(lambda: reference(x), device)
+    compile_ms = compiled_ms(reference, (x,), device)
     gbps = 2 * x.nbytes / (ours_ms * 1e-3) / 1e9
     extras = (f" scale={scale}" if scale is not None else "") + (" causal" if causal else "")
     return Row(
@@ -41,6 +42,7 @@ def _row(device: torch.device, shape: tuple[int, ...], dtype: torch.dtype, scale
         ours_bytes=ours_bytes,
         torch_bytes=torch_bytes,
         notes=f"{gbps:.0f} GB/s (read + write)",
+        compile_ms=compile_ms,
     )
 
 

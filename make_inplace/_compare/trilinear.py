@@ -6,7 +6,7 @@ import torch
 
 import make_inplace
 
-from . import Row
+from . import Row, compiled_ms
 from .._measure import fresh_cuda_memory, peak_extra, relative_error, time_ms
 
 
@@ -21,8 +21,17 @@ def _torch_forward(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
 
 
 def _torch_backward(feats, points, grad_out):
-    f, p = feats.detach().requires_grad_(), points.detach().requires_grad_()
-    return torch.autograd.grad(_torch_forward(f, p), (f, p), grad_out)
+    return _with_backward(_torch_forward)(feats, points, grad_out)
+
+
+def _with_backward(forward):
+    """The eager backward's autograd call around a (compiled) forward."""
+
+    def run(feats, points, grad_out):
+        f, p = feats.detach().requires_grad_(), points.detach().requires_grad_()
+        return torch.autograd.grad(forward(f, p), (f, p), grad_out)
+
+    return run
 
 
 def rows(device: torch.device) -> list[Row]:
@@ -65,6 +74,11 @@ def rows(device: torch.device) -> list[Row]:
     ref_feats, ref_points = _torch_backward(feats.double(), points.double(), grad_out.double())
     bwd_error = max(relative_error(grad_feats, ref_feats), relative_error(grad_points, ref_points))
 
+    compile_fwd = compiled_ms(_torch_forward, (feats, points), device)
+    # Compiled forward, then autograd through its compiled backward (what training runs).
+    compile_bwd = compiled_ms(
+        _torch_forward, (feats, points), device, call=lambda fwd: lambda: _with_backward(fwd)(feats, points, grad_out)
+    )
     return [
         Row(
             op="trilinear_interpolation(out=)",
@@ -77,6 +91,7 @@ def rows(device: torch.device) -> list[Row]:
             ours_bytes=mem["ours_fwd"],
             torch_bytes=mem["torch_fwd"],
             notes="torch: the weight formula, eager",
+            compile_ms=compile_fwd,
         ),
         Row(
             op="trilinear_interpolation_backward",
@@ -89,5 +104,6 @@ def rows(device: torch.device) -> list[Row]:
             ours_bytes=mem["ours_bwd"],
             torch_bytes=mem["torch_bwd"],
             notes="grad_feats and grad_points into caller buffers; torch: autograd fwd+bwd",
+            compile_ms=compile_bwd,
         ),
     ]
