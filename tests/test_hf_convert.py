@@ -316,6 +316,35 @@ def test_library_imports_and_converts_without_transformers():
     assert out.stdout.strip() == "ok 1"
 
 
+def test_main_job_cpu_times_share_the_machine_load_between_models():
+    """The CPU rows time the two models in pairs of alternating order after warm-up calls.
+
+    A ~1 ms forward on a shared 2-core machine takes ~250 ms while other processes hold the cores
+    (every OpenMP region waits a scheduler slice for its descheduled thread), eager or converted
+    alike. The rows used to time 3 calls of the converted model and then 3 of eager: a busy period
+    landed on one side only (converted ViT 258 ms against eager 0.65 ms).
+    """
+    import time
+
+    from make_inplace.hf.compare import paired_ms
+
+    calls = []
+
+    def model(name):
+        def forward():
+            calls.append(name)
+            if len(calls) <= 10:  # the machine is busy for the first ten calls
+                time.sleep(0.02)
+        return forward
+
+    ours_ms, theirs_ms = paired_ms(model("ours"), model("theirs"), 9)
+    assert calls[:4] == ["ours", "theirs"] * 2  # warm-up
+    assert calls[4:12] == ["ours", "theirs", "theirs", "ours"] * 2
+    assert len(calls) == 4 + 2 * 9
+    # Three of each side's nine timed calls fell in the busy period: neither median did.
+    assert ours_ms < 10 and theirs_ms < 10, (ours_ms, theirs_ms)
+
+
 # -- GPU: activation memory measured in a fresh process per point -----------------------------------
 
 GPU_POINTS = {"bert": (8, 4096), "gpt2": (8, 4096), "llama": (8, 4096), "vit": (160, None)}

@@ -5,13 +5,18 @@
 (peak allocated above the level before the call, from an emptied cache; on
 CPU the profiler's allocation peak), eager transformers (sdpa) against the
 same model after ``convert_``, and the relative error of the converted output.
-Returns no rows without transformers.
+Times are medians; on CPU the two models are timed in alternating pairs
+(``paired_ms``) so that both see the same load. Returns no rows without
+transformers.
 """
 
 from __future__ import annotations
 
 import copy
 import gc
+import statistics
+import time
+from typing import Callable
 
 import torch
 
@@ -44,6 +49,35 @@ def _peak(fn, device: torch.device) -> int:
     return peak
 
 
+# Timed pairs per row on CPU, where a forward at CPU_SHAPES takes about a millisecond.
+CPU_PAIRS = 21
+
+
+def paired_ms(ours: Callable[[], object], theirs: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Median CPU milliseconds of ``ours`` and ``theirs``, timed in pairs of alternating order.
+
+    On a shared CPU the time of a forward of about a millisecond is set by the
+    machine's load more than by the model: an OpenMP parallel region (a GEMM,
+    a layer norm, an activation, attention) ends only when all its threads
+    have run, and while other processes hold the cores a descheduled thread
+    costs a scheduler slice, ~12 ms per region: ~250 ms for a ViT forward of
+    ~20 regions, eager or converted alike. Timing one model's calls and then
+    the other's puts such a period on one side only; alternating pairs share
+    it. Two warm-up calls each first.
+    """
+    for _ in range(2):
+        ours()
+        theirs()
+    times: dict[int, list[float]] = {0: [], 1: []}
+    fns = (ours, theirs)
+    for rep in range(reps):
+        for which in ((0, 1) if rep % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            fns[which]()
+            times[which].append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def rows(device: torch.device) -> list:
     """One Row per family (bf16 on CUDA, float32 on CPU)."""
     try:
@@ -74,8 +108,10 @@ def rows(device: torch.device) -> list:
             error = ((got - expected).abs().max() / expected.abs().max()).item()
             del expected, got
             ours_bytes, torch_bytes = _peak(run_ours, device), _peak(run_eager, device)
-            reps = 10 if device.type == "cuda" else 3
-            ours_ms, torch_ms = _median_ms(run_ours, device, reps), _median_ms(run_eager, device, reps)
+            if device.type == "cuda":
+                ours_ms, torch_ms = _median_ms(run_ours, device, 10), _median_ms(run_eager, device, 10)
+            else:
+                ours_ms, torch_ms = paired_ms(run_ours, run_eager, CPU_PAIRS)
         tokens = models.tokens(family, size, batch, seq_len)
         shape = f"{batch}x{seq_len}" if seq_len else f"{batch} images {models.IMAGE_SIZE[size]}px"
         out_rows.append(
