@@ -138,13 +138,17 @@ CASES = [
     ("too wide for waves: panels even where they lose", 100000, 8192, F32, "a100",
      dict(allow_tf32=True, workspace_bytes=4 * MiB, facts=dict(waves_max_width=4096)), "panels_small_blocks", {}),
     ("no rows: nothing to do", 0, 1024, BF16, "h100", {}, "empty", {}),
-    # ---- CPU: ATen GEMMs on panels, or the row kernel when panels would be small
-    ("cpu: default bound too small for 128 rows", 1000, 64, F32, "cpu", {}, "cpu_rows", {}),
-    ("cpu: panels", 100000, 64, F32, "cpu", {}, "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
-    ("cpu: no workspace", 100000, 64, F32, "cpu", dict(workspace_bytes=0), "cpu_rows", {}),
-    ("cpu: fewer than 128 rows, all in one panel", 50, 64, F32, "cpu", dict(workspace_bytes=50 * 256), "cpu_panels",
+    # ---- CPU: ATen GEMMs on panels, or the row kernel when panels would be small or it is faster
+    ("cpu: default bound too small for 128 rows", 1000, 2048, BF16, "cpu", {}, "cpu_rows", {}),
+    ("cpu: bf16 panels", 100000, 64, BF16, "cpu", {}, "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: fp32 up to 1024 wide: rows whatever the bound", 100000, 1024, F32, "cpu", {}, "cpu_rows", {}),
+    ("cpu: fp16 up to 1024 wide: rows", 100000, 64, F16, "cpu", {}, "cpu_rows", {}),
+    ("cpu: fp32 wider than 1024: panels", 100000, 1032, F32, "cpu", {}, "cpu_panels",
+     dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: no workspace", 100000, 64, BF16, "cpu", dict(workspace_bytes=0), "cpu_rows", {}),
+    ("cpu: fewer than 128 rows, all in one panel", 50, 64, BF16, "cpu", dict(workspace_bytes=50 * 128), "cpu_panels",
      dict(panel_rows_per_block=50)),
-    ("cpu: fewer than 128 rows, not all", 50, 64, F32, "cpu", dict(workspace_bytes=49 * 256), "cpu_rows", {}),
+    ("cpu: fewer than 128 rows, not all", 50, 64, BF16, "cpu", dict(workspace_bytes=49 * 128), "cpu_rows", {}),
 ]
 
 

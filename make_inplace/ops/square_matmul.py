@@ -9,6 +9,7 @@ from ._common import check_devices, fail, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.square_matmul_
+_op_default = _op.default
 
 
 @torch.library.register_fake("make_inplace::square_matmul_")
@@ -83,5 +84,8 @@ def square_matmul_(
                  "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
         if x.requires_grad or (bias is not None and bias.requires_grad):
             return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
-    _op(x, weight, bias, transpose=transpose, workspace_bytes=workspace_bytes)
+    if not transpose and workspace_bytes is None:
+        _op_default(x, weight, bias)  # keywords cost ~1 us of host time per call
+    else:
+        _op_default(x, weight, bias, transpose=transpose, workspace_bytes=workspace_bytes)
     return x

@@ -46,5 +46,9 @@ constexpr int64_t kFfmaClusterMinTiles = 512;
 constexpr int64_t kFfmaPanelsFromN = 4096;
 // CPU: panels of fewer rows lose to the row kernel (GEMM threading overhead).
 constexpr int64_t kCpuMinPanelRows = 128;
+// CPU: float32 and float16 up to this width take the row kernel whatever the
+// bound (2 threads, AVX-512: 1.45-2.25x MKL's panels at n = 64-1024, 0.47x at
+// 2048); bfloat16 keeps panels, where oneDNN is about twice the row kernel.
+constexpr int64_t kCpuRowsUpToWidth = 1024;
 
 }  // namespace make_inplace::square_matmul

@@ -131,8 +131,10 @@ Plan plan_cpu(const Call& c, int64_t row_bytes) {
   // Panels of a few rows turn into many tiny GEMM calls whose threading
   // overhead dominates; the row kernel is faster there and uses less memory.
   const int64_t panel_rows = std::min(c.rows, c.workspace_bound / row_bytes);
+  const bool rows_faster = c.n <= kCpuRowsUpToWidth && (c.kind == kernels::ScalarKind::kFloat32 ||
+                                                        c.kind == kernels::ScalarKind::kFloat16);
   Plan p;
-  if (panel_rows < std::min(c.rows, kCpuMinPanelRows)) {
+  if (rows_faster || panel_rows < std::min(c.rows, kCpuMinPanelRows)) {
     p.route = Route::kCpuRows;
     return p;
   }
