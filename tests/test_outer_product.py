@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -308,19 +310,31 @@ def test_cuda_many_items_wide_rows(dtype, m):
     close(grad_b, b0.double() + ref_b, dtype, scale=2 * n**0.5)
 
 
-@CUDA
-def test_wrong_device_buffer():
-    a, b = make((2, 3), torch.float32, "cuda"), make((2, 4), torch.float32, "cuda")
-    out = torch.zeros(2, 3, 4)
-    with pytest.raises(RuntimeError, match="out must be on the same device"):
+def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> str:
+    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
+    return (rf"^make_inplace\.{re.escape(op)}: {name} is on {re.escape(str(t.device))}, but {ref_name} is on "
+            rf"{re.escape(str(ref.device))}; all tensor arguments must be on one device: "
+            rf"move {name} with \.to\({ref_name}\.device\)$")
+
+
+# Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
+@pytest.mark.parametrize("device,other", [pytest.param("cuda", "cpu", marks=CUDA), ("cpu", "meta")])
+def test_wrong_device_buffer(device, other):
+    a, b = make((2, 3), torch.float32, device), make((2, 4), torch.float32, device)
+    out = torch.zeros(2, 3, 4, device=other)
+    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product", "out", out, "a", a)):
         make_inplace.outer_product(a, b, out=out)
-    assert torch.equal(out, torch.zeros(2, 3, 4))
-    with pytest.raises(RuntimeError, match="b must be on the same device"):
-        make_inplace.outer_product(a, b.cpu())
-    grad_b = torch.zeros(2, 4)
-    with pytest.raises(RuntimeError, match="grad_b must be on the same device"):
-        make_inplace.outer_product_backward(torch.randn(2, 3, 4, device="cuda"), a, b, grad_b=grad_b)
-    assert torch.equal(grad_b, torch.zeros(2, 4))
+    if other != "meta":
+        assert torch.equal(out, torch.zeros(2, 3, 4, device=other))
+    other_b = b.to(other)
+    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product", "b", other_b, "a", a)):
+        make_inplace.outer_product(a, other_b)
+    grad_b, grad_out = torch.zeros(2, 4, device=other), torch.randn(2, 3, 4, device=device)
+    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product_backward", "grad_b", grad_b,
+                                                            "grad_out", grad_out)):
+        make_inplace.outer_product_backward(grad_out, a, b, grad_b=grad_b)
+    if other != "meta":
+        assert torch.equal(grad_b, torch.zeros(2, 4, device=other))
 
 
 @CUDA

@@ -1,6 +1,7 @@
 """square_matmul_: values, storage, autograd, version counter, errors, memory, streams."""
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -180,11 +181,21 @@ def bad_inputs(device):
     cases[10] = ("weight shares x's memory", (xw, xw[:4]), {}, "weight must not share memory with x")
     xb = torch.randn(3, 4, **f32)
     cases.append(("bias shares x's memory", (xb, w, xb[1]), {}, "bias must not share memory with x"))
-    if CUDA:
-        other = "cpu" if device == "cuda" else "cuda"
-        cases.append(("weight on another device", (x, w.to(other)), {}, "weight must be on the same device as x"))
-        cases.append(("bias on another device", (x, w, b.to(other)), {}, "bias must be on the same device as x"))
+    # Another device: the real other one where CUDA is present; a meta mix (which
+    # dispatch would send to the fake kernel, writing nothing) everywhere.
+    others = ["meta"] + (["cpu" if device == "cuda" else "cuda"] if CUDA else [])
+    for other in others:
+        w_other, b_other = w.to(other), b.to(other)
+        cases.append((f"weight on {other}", (x, w_other), {}, _device_mismatch("weight", w_other, x)))
+        cases.append((f"bias on {other}", (x, w, b_other), {}, _device_mismatch("bias", b_other, x)))
     return cases
+
+
+def _device_mismatch(name, t, x):
+    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
+    return (rf"^make_inplace\.square_matmul_: {name} is on {re.escape(str(t.device))}, but x is on "
+            rf"{re.escape(str(x.device))}; all tensor arguments must be on one device: "
+            rf"move {name} with \.to\(x\.device\)$")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -195,7 +206,7 @@ def test_bad_inputs_raise_and_change_nothing(device):
         with pytest.raises(RuntimeError, match=pattern):
             make_inplace.square_matmul_(*args, **kwargs)
         for t, t0 in zip(tensors, before):
-            assert torch.equal(t, t0), name
+            assert t.device.type == "meta" or torch.equal(t, t0), name  # meta holds no values
 
 
 # ---------------------------------------------------------------- CUDA only

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -306,21 +308,33 @@ def test_bad_input_names_argument_and_writes_nothing(device, case):
         assert torch.equal(kw[k], v), f"{k} was written by a rejected call"
 
 
-@CUDA
-def test_wrong_device_buffer():
-    feats, points = make(5, 4, torch.float32, "cuda")
-    out = torch.zeros(5, 4)
-    with pytest.raises(RuntimeError, match="out must be on the same device"):
+def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> str:
+    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
+    return (rf"^make_inplace\.{re.escape(op)}: {name} is on {re.escape(str(t.device))}, but {ref_name} is on "
+            rf"{re.escape(str(ref.device))}; all tensor arguments must be on one device: "
+            rf"move {name} with \.to\({ref_name}\.device\)$")
+
+
+# Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
+@pytest.mark.parametrize("device,other", [pytest.param("cuda", "cpu", marks=CUDA), ("cpu", "meta")])
+def test_wrong_device_buffer(device, other):
+    feats, points = make(5, 4, torch.float32, device)
+    out = torch.zeros(5, 4, device=other)
+    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation", "out", out, "feats", feats)):
         make_inplace.trilinear_interpolation(feats, points, out=out)
-    assert torch.equal(out, torch.zeros(5, 4))
-    with pytest.raises(RuntimeError, match="points must be on the same device"):
-        make_inplace.trilinear_interpolation(feats, points.cpu(), out=torch.zeros_like(feats[:, 0]))
-    grad_points = torch.zeros(5, 3)
-    with pytest.raises(RuntimeError, match="grad_points must be on the same device"):
-        make_inplace.trilinear_interpolation_backward(
-            torch.randn(5, 4, device="cuda"), points, feats, grad_points=grad_points
-        )
-    assert torch.equal(grad_points, torch.zeros(5, 3))
+    if other != "meta":
+        assert torch.equal(out, torch.zeros(5, 4, device=other))
+    out, other_points = torch.zeros_like(feats[:, 0]), points.to(other)
+    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation", "points", other_points,
+                                                            "feats", feats)):
+        make_inplace.trilinear_interpolation(feats, other_points, out=out)
+    assert torch.equal(out, torch.zeros_like(out))
+    grad_points, grad_out = torch.zeros(5, 3, device=other), torch.randn(5, 4, device=device)
+    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation_backward", "grad_points",
+                                                            grad_points, "grad_out", grad_out)):
+        make_inplace.trilinear_interpolation_backward(grad_out, points, feats, grad_points=grad_points)
+    if other != "meta":
+        assert torch.equal(grad_points, torch.zeros(5, 3, device=other))
 
 
 @CUDA
