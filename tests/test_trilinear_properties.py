@@ -31,9 +31,11 @@ def reference(feats, points):
 
 
 def reference_grads(feats, points, grad_out):
-    f64 = feats.detach().double().requires_grad_()
-    p64 = points.detach().double().requires_grad_()
-    reference(f64, p64).backward(grad_out.double())
+    """The formula's gradients in float64 on the CPU, whatever the inputs' device
+    (the accumulate case adds the buffers' starting values, moved to the CPU, to them)."""
+    f64 = feats.detach().double().cpu().requires_grad_()
+    p64 = points.detach().double().cpu().requires_grad_()
+    reference(f64, p64).backward(grad_out.double().cpu())
     return f64.grad, p64.grad
 
 
