@@ -299,6 +299,39 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         return causal, None, masks[0] if len(masks) == 1 else masks[0] + masks[1]
 
 
+def _bmm_per_batch_(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, heads_last: bool) -> None:
+    """out[i] = a[i] @ b[i] for each entry i of the leading dim: one strided-batched
+    GEMM per entry, written straight into out's memory (no copy of a, b or the product).
+
+    ``heads_last``: out is (N, L, H, D) and entry i's (H, L, D) product goes to
+    ``out[i].transpose(0, 1)``, a strided view cuBLAS writes as it is.
+    """
+    for i in range(a.shape[0]):
+        torch.bmm(a[i], b[i], out=out[i].transpose(0, 1) if heads_last else out[i])
+
+
+# The same as an opaque op for torch.compile: dynamo refuses torch.bmm with a
+# non-contiguous out= (the heads-last view), and would turn a contiguous one into
+# a product plus a copy. Traced as one op that writes into ``out`` (which inductor
+# keeps in place), the compiled layer makes the same writes into the same buffers
+# as eager. Eager calls the function directly (no dispatch overhead).
+_bmm_per_batch_op = torch.library.custom_op("make_inplace::_attention_bmm_per_batch_", mutates_args=("out",))(
+    _bmm_per_batch_
+)
+
+
+@_bmm_per_batch_op.register_fake
+def _(a, b, out, heads_last):
+    return None
+
+
+def _bmm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, heads_last: bool) -> None:
+    if torch.compiler.is_compiling():
+        _bmm_per_batch_op(a, b, out, heads_last)
+    else:
+        _bmm_per_batch_(a, b, out, heads_last)
+
+
 def _batched_matmul(a: torch.Tensor, b: torch.Tensor, strided: bool) -> torch.Tensor:
     """a @ b over (N, H) batches of views.
 
@@ -311,8 +344,7 @@ def _batched_matmul(a: torch.Tensor, b: torch.Tensor, strided: bool) -> torch.Te
     if not strided:
         return torch.matmul(a, b)
     out = a.new_empty(a.shape[0], a.shape[1], a.shape[2], b.shape[3])
-    for i in range(a.shape[0]):
-        torch.bmm(a[i], b[i], out=out[i])
+    _bmm_into(a, b, out, heads_last=False)
     return out
 
 
@@ -328,6 +360,5 @@ def _weighted_values(probs: torch.Tensor, v: torch.Tensor, strided: bool) -> tor
         # contiguous, not reshape: with head_dim 1 reshape returns a strided view.
         return torch.matmul(probs, v).transpose(1, 2).contiguous().view(n, tgt_len, heads * head_dim)
     out = probs.new_empty(n, tgt_len, heads, head_dim)
-    for i in range(n):
-        torch.bmm(probs[i], v[i], out=out[i].transpose(0, 1))
+    _bmm_into(probs, v, out, heads_last=True)
     return out.view(n, tgt_len, heads * head_dim)
