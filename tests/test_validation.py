@@ -56,6 +56,12 @@ def _layer_norm_saved():
             "rstd": torch.rand(3, dtype=torch.float64) + 0.5}
 
 
+def _rms_norm_saved():
+    y = torch.nn.functional.rms_norm(_rand(3, 6), (6,))
+    return {"grad_output": _rand(3, 6), "output": y, "weight": _rand(6),
+            "rstd": torch.rand(3, dtype=torch.float64) + 0.5}
+
+
 # The public functions, then the torch.ops entry points (which reach the fake
 # kernel directly, without the Python wrapper).
 PUBLIC = [
@@ -80,6 +86,8 @@ PUBLIC = [
                   "grad_a": _rand(2, 3), "grad_b": _rand(2, 5)},
          lambda t: make_inplace.outer_product_backward(t["grad_out"], t["a"], t["b"], grad_a=t["grad_a"], grad_b=t["grad_b"]),
          ("grad_a", "grad_b")),
+    Case("rms_norm_", lambda: {"x": _rand(3, 6), "weight": _rand(6)},
+         lambda t: make_inplace.rms_norm_(t["x"], 6, t["weight"]), ("x",), True),
 ]
 
 RAW = [
@@ -104,6 +112,10 @@ RAW = [
     Case("outer_product_backward", PUBLIC[6].build,
          lambda t: op.outer_product_backward(t["grad_out"], t["a"], t["b"], False, grad_a=t["grad_a"], grad_b=t["grad_b"]),
          ("grad_a", "grad_b")),
+    Case("rms_norm_", PUBLIC[7].build, lambda t: op.rms_norm_(t["x"], [6], t["weight"]), ("x",), True),
+    Case("rms_norm_stats_", PUBLIC[7].build, lambda t: op.rms_norm_stats_(t["x"], [6], t["weight"]), ("x",), True),
+    Case("rms_norm_backward", _rms_norm_saved,
+         lambda t: op.rms_norm_backward(t["grad_output"], t["output"], [6], t["weight"], t["rstd"], [True, True]), ()),
 ]
 
 
@@ -285,6 +297,7 @@ REFERENCE = {
     "square_matmul_": lambda t: t["x"] @ t["weight"] + t["bias"],
     "softmax_": lambda t: torch.softmax(t["x"] + t["mask"], -1),
     "layer_norm_": lambda t: torch.nn.functional.layer_norm(t["x"], (6,), t["weight"], t["bias"]),
+    "rms_norm_": lambda t: torch.nn.functional.rms_norm(t["x"], (6,), t["weight"]),
 }
 
 
@@ -389,6 +402,7 @@ ALIASES = {
     "square_matmul_": [("x", "weight"), ("x", "bias")],
     "softmax_": [("x", "mask")],
     "layer_norm_": [("x", "weight"), ("x", "bias")],
+    "rms_norm_": [("x", "weight")],
     "trilinear_interpolation": [("out", "feats"), ("out", "points")],
     "trilinear_interpolation_backward": [("grad_feats", "grad_out"), ("grad_feats", "points"), ("grad_feats", "feats"),
                                          ("grad_points", "grad_out"), ("grad_points", "points"),
@@ -500,6 +514,15 @@ def _bad_cpp_calls():
     yield "layer_norm_backward", lambda: op.layer_norm_backward(
         saved["grad_output"], saved["output"], [6], saved["weight"], saved["bias"], saved["rstd"].float(),
         [True, True, True]), "rstd must have dtype"
+    yield "rms_norm_", lambda: op.rms_norm_(x, [6], None, -1e-5), r"eps must be >= 0"
+    yield "rms_norm_", lambda: op.rms_norm_(x, [6], None, float("nan")), r"eps must be >= 0 \(and not NaN\)"
+    yield "rms_norm_", lambda: op.rms_norm_(x, [5]), "normalized_shape"
+    yield "rms_norm_", lambda: op.rms_norm_(x, [6], _rand(6, dtype=torch.float32)), "weight must have the same dtype"
+    yield "rms_norm_stats_", lambda: op.rms_norm_stats_(x, [6], None, -1.0), r"eps must be >= 0"
+    rms_saved = _rms_norm_saved()
+    yield "rms_norm_backward", lambda: op.rms_norm_backward(
+        rms_saved["grad_output"], rms_saved["output"], [6], rms_saved["weight"], rms_saved["rstd"].float(),
+        [True, True]), "rstd must have dtype"
     yield "trilinear_interpolation", lambda: op.trilinear_interpolation(_rand(5, 7, 3), _rand(5, 3), out=_rand(5, 3)), "8 corners"
     yield "trilinear_interpolation_backward", lambda: op.trilinear_interpolation_backward(
         _rand(5, 3), _rand(5, 3), None, False, grad_feats=_rand(5, 8, 3), grad_points=_rand(5, 3)), "grad_points needs feats"
@@ -517,12 +540,13 @@ def test_cpp_errors_name_the_op_and_argument(name, call, pattern):
     assert re.search(pattern, message), (pattern, message)
 
 
-def test_public_layer_norm_refuses_negative_and_nan_eps_unchanged():
+@pytest.mark.parametrize("name", ["layer_norm_", "rms_norm_"])
+def test_public_norms_refuse_negative_and_nan_eps_unchanged(name):
     for eps in (-1e-5, float("nan")):
         x = _rand(4, 6)
         before = x.clone()
-        with pytest.raises(RuntimeError, match=r"make_inplace\.layer_norm_: eps must be >= 0"):
-            make_inplace.layer_norm_(x, 6, eps=eps)
+        with pytest.raises(RuntimeError, match=rf"make_inplace\.{name}: eps must be >= 0"):
+            getattr(make_inplace, name)(x, 6, eps=eps)
         assert torch.equal(x, before)
 
 

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from .. import _loader
-from ._common import check_leaf_inplace
+from ._common import check_devices, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.rms_norm_.default
@@ -21,16 +21,20 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.register_fake("make_inplace::rms_norm_")
 def _(x, normalized_shape, weight=None, eps=None):
+    check_devices("rms_norm_", ("x", x), ("weight", weight))
     return None
 
 
 @torch.library.register_fake("make_inplace::rms_norm_stats_")
 def _(x, normalized_shape, weight=None, eps=None):
+    check_devices("rms_norm_stats_", ("x", x), ("weight", weight))
     return x.new_empty(x.shape[: x.dim() - len(normalized_shape)], dtype=_stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("make_inplace::rms_norm_backward")
 def _(grad_output, output, normalized_shape, weight, rstd, output_mask):
+    check_devices("rms_norm_backward", ("grad_output", grad_output), ("output", output),
+                  ("weight", weight), ("rstd", rstd))
     grad_input = torch.empty_like(output) if output_mask[0] else None
     grad_weight = torch.empty_like(weight) if output_mask[1] and weight is not None else None
     return grad_input, grad_weight
@@ -101,8 +105,8 @@ def rms_norm_(
         True
     """
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    validate_call("rms_norm_", in_place=(("x", x),), inputs=(("weight", weight),))
     if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
-        check_leaf_inplace(x, "rms_norm_")
         return _RmsNorm.apply(x, shape, weight, eps)
     _op_default(x, shape, weight, eps)
     return x
