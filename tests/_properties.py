@@ -116,14 +116,63 @@ def _relative_error(result: torch.Tensor, truth: torch.Tensor) -> float:
     return (r - t).norm().item() / (t.norm().item() + t.numel() ** 0.5)
 
 
-def no_worse_than_torch(ours: torch.Tensor, theirs, truth: torch.Tensor, tol: float, what: str) -> None:
-    """Where torch's own result in the same dtype is off the float64 truth by more
-    than a fixed tolerance: ours within tol or within twice torch's own error,
-    whichever is larger (theirs: one result of torch's, or several, e.g. from
-    different attention backends, whose largest error counts). Errors are norms
-    over the tensor, not a maximum over elements: two different (equally valid)
-    rounding orders give errors that differ element by element far more than in norm."""
-    runs = theirs if isinstance(theirs, (list, tuple)) else [theirs]
-    bound = max(tol, 2 * max(_relative_error(t, truth) for t in runs))
-    err = _relative_error(ours, truth)
-    assert err <= bound, f"{what}: relative error {err:.3g} > bound {bound:.3g}"
+def one_ulp_away(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """t with every element moved one unit in the last place of its dtype, up or
+    down at random (seeded): a neighbouring problem, always distinct from t
+    (multiplying by 1 +- the unit roundoff often rounds back to t itself)."""
+    up = torch.randint(0, 2, tuple(t.shape), generator=torch.Generator().manual_seed(seed), dtype=torch.bool)
+    inf = torch.tensor(float("inf"), dtype=t.dtype)
+    return torch.nextafter(t.detach().cpu(), torch.where(up, inf, -inf)).to(t.device)
+
+
+def no_worse_than_torch(ours, theirs, truth: torch.Tensor, tol: float, what: str) -> None:
+    """Ours no less accurate than torch in the same dtype: within tol, or within
+    twice torch's own error, whichever is larger.
+
+    ``ours``: our results on R problems, the case itself and R - 1 neighbours
+    (inputs and parameters each moved one ulp, see ``one_ulp_away``); ``theirs``:
+    for each of torch's algorithms (e.g. its default and its math attention
+    backend), its results on the same R problems. Every result is measured
+    against the float64 truth of the case itself. Errors are norms over the
+    tensor (two equally valid rounding orders differ element by element far
+    more than in norm), and each side's error is the RMS over the R problems;
+    the worst of torch's algorithms sets the bound.
+
+    Why R problems and not one: on the tiny tensors of the property tests (a
+    gradient of a few elements, some of them exactly 0 in exact arithmetic,
+    such as the key bias's of attention), one result's error is one draw of
+    rounding noise, further amplified by whatever ill-conditioned step follows
+    (a layer norm over 2 features, whose rstd blows up when they nearly tie):
+    which of two rounding orders lands closer to the truth is luck. Measured
+    on the CPU over the modules' property-test distributions in float16 and
+    bfloat16 (tests/test_modules_properties.py), torch's own error on the input
+    moved by one rounding exceeds twice its error on the input itself in about
+    one case in ten, so "ours <= 2 x torch's error at the one point" failed
+    torch against itself (11 of 5850 comparisons) and failed ours where it is
+    no worse: a bfloat16 encoder layer over 2 features whose input gradient is
+    off by 0.28 where torch's is off by 0.04, and 3 to 7 times torch's on inputs
+    moved by one ulp too (its first layer norm maps such neighbours to the same
+    values, so they redraw nothing), but equal to torch's or below it on every
+    neighbour whose parameters move as well: there each side draws new
+    roundings of the attention output, which the second 2-feature layer norm
+    amplifies. Judged on the same R = 4 problems (input and parameters moved),
+    ours stayed within 0.70 of the bound in every comparison (encoder and
+    attention, float16 and bfloat16, 950 random examples), typically at 0.5
+    (errors equal to torch's).
+    """
+    if isinstance(ours, torch.Tensor):
+        ours = [ours]
+    theirs = [[t] if isinstance(t, torch.Tensor) else list(t) for t in theirs]
+
+    def rms(results) -> tuple[float, list[float]]:
+        errors = [_relative_error(r, truth) for r in results]
+        return (sum(e * e for e in errors) / len(errors)) ** 0.5, errors
+
+    err, per_problem = rms(ours)
+    torch_errors = [rms(runs) for runs in theirs]
+    bound = max(tol, 2 * max(e for e, _ in torch_errors))
+    fmt = lambda errors: "[" + ", ".join(f"{e:.3g}" for e in errors) + "]"  # noqa: E731
+    assert err <= bound, (
+        f"{what}: relative error {err:.3g} > bound {bound:.3g} (RMS over {len(ours)} problems; ours "
+        f"{fmt(per_problem)}, torch's " + "; ".join(fmt(e) for _, e in torch_errors) + ")"
+    )
