@@ -318,7 +318,9 @@ def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: to
 
 
 # Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
-@pytest.mark.parametrize("device,other", [pytest.param("cuda", "cpu", marks=CUDA), ("cpu", "meta")])
+# (ids: the GPU run deselects "cpu" ids with -k "not cpu".)
+@pytest.mark.parametrize("device,other", [pytest.param("cuda", "cpu", marks=CUDA, id="cuda"),
+                                          pytest.param("cpu", "meta", id="cpu-meta")])
 def test_wrong_device_buffer(device, other):
     a, b = make((2, 3), torch.float32, device), make((2, 4), torch.float32, device)
     out = torch.zeros(2, 3, 4, device=other)
