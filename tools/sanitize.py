@@ -136,6 +136,7 @@ def _cases(dev: str = "cuda"):
     layer_norm_case("layer_norm-stats-staged", (4, 65536), (65536,), bf16, stats=True)
     layer_norm_case("layer_norm-stats-rows", (64, 1024), (1024,), f32, stats=True)
     layer_norm_case("layer_norm-long", (2, 262144), (262144,), bf16)
+    layer_norm_case("layer_norm-staged-fp64", (3, 8192), (8192,), f64)  # fp64's own staged kernel
     layer_norm_case("layer_norm-stats-long", (2, 262144), (262144,), f32, stats=True)
     layer_norm_case("layer_norm-long-no-staging", (3, 65536), (65536,), f32, staged=False)
     layer_norm_case("layer_norm-fp64", (5, 333), (333,), f64)
@@ -247,6 +248,8 @@ def _cases(dev: str = "cuda"):
     outer_case("outer_product-strided", (2, 3), 65, 33, f32, strided=True)
     outer_case("outer_product_backward", (8,), 300, 200, f32, backward=True)
     outer_case("outer_product_backward-wide", (2,), 1025, 7, bf16, backward=True)
+    # Long rows and few batch items: grad_a from the separate rows kernel.
+    outer_case("outer_product_backward-long-rows", (2,), 33, 8192, f32, backward=True)
 
     # rms_norm_, where this build has it: rows, long rows, backward rows and column sums.
     if hasattr(make_inplace, "rms_norm_"):
