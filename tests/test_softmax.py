@@ -112,6 +112,27 @@ def test_cuda_width_returns_after_a_narrower_staged_row(dtype):
         assert_close(x, expected, dtype)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("route", ["columns", "rows-masked", "rows-scaled"])
+def test_a_single_element_softmax_is_exactly_one(device, dtype, route):
+    """softmax over one element is exp(v - v) / exp(v - v) = 1 exactly, and its
+    gradient exactly 0, however far v is from 0. On CUDA a pass that computed
+    fma(x, scale, -max) instead of round(x * scale) - max once gave 1 + 2e-6
+    (float32, x * scale = -52.3) and a gradient of 1.2e-5 instead of 0."""
+    values = torch.tensor([12.328, -2.3474, -17.4303, 1e4 / 3], dtype=dtype)
+    if route == "columns":
+        x, dim, mask = values.view(1, 4), 0, None
+    else:
+        x, dim = values.view(4, 1), -1
+        mask = torch.zeros(1, dtype=dtype, device=device) if route == "rows-masked" else None
+    x = x.to(device).requires_grad_()
+    y = make_inplace.softmax_(x * 1.0, dim, scale=3.0, mask=mask)
+    assert torch.equal(y, torch.ones_like(y))
+    y.backward(torch.randn(y.shape, dtype=dtype, device=device))
+    assert torch.equal(x.grad, torch.zeros_like(x.grad))
+
+
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(300, 24576), (50, 65536), (7, 98304)])

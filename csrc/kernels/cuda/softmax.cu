@@ -50,7 +50,7 @@ struct RowValue {
 
   __device__ __forceinline__ acc_t<T> operator()(T raw, Index c) const {
     if (c >= valid) return neg_inf<T>();
-    acc_t<T> v = to_acc_fresh(raw) * scale;
+    acc_t<T> v = mul_rn(to_acc_fresh(raw), scale);
     if constexpr (MASKED) v += load_acc_fresh(mask + mask_row + c * mask_step);
     return v;
   }
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kColumnThreads)
                     : mask_offset(mask.outer_rank, mask.outer_sizes, mask.outer_strides, o) +
                           mask_offset(mask.inner_rank, mask.inner_sizes, mask.inner_strides, i);
   auto value = [&](int64_t d) {
-    A v = to_acc(p[d * inner]) * scale;
+    A v = mul_rn(to_acc(p[d * inner]), scale);
     if (mk != nullptr) v += to_acc(mk[moff + d * mask.dim_stride]);
     return v;
   };

@@ -84,6 +84,13 @@ __device__ __forceinline__ float from_acc<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ double from_acc<double>(double v) { return v; }
 
+// a * b rounded on its own, never contracted into an FMA with what follows: a
+// row's passes then compute bit-identical values, so the max element gives
+// exp(v - max) = exp(0) = 1 exactly (a pass computing fma(x, scale, -max)
+// left exp(rounding error), off by up to 2e-6 in float, 10x that in gradients).
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 __device__ __forceinline__ float fast_exp(float v) { return __expf(v); }
 __device__ __forceinline__ double fast_exp(double v) { return exp(v); }
 __device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
