@@ -64,6 +64,16 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
   }
 }
 
+// The same, streaming (st.global.cs) when the pack is 16 bytes.
+template <typename T, int V>
+__device__ __forceinline__ void store_pack_streaming(T* p, const Pack<T, V>& x) {
+  if constexpr (sizeof(T) * V == 16) {
+    store_global_16_streaming(p, x);
+  } else {
+    *reinterpret_cast<Pack<T, V>*>(p) = x;
+  }
+}
+
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
