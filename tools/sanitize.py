@@ -15,7 +15,7 @@ For each tool the cases run in one process under compute-sanitizer (with
 --isolate: one process per case, slower, exact attribution); errors are
 attributed to the case whose markers enclose them. RESULTS_FILE gets one line
 per tool x case with the error count, a total per tool from the sanitizer's
-own ERROR SUMMARY, and the kernel coverage: which __global__ functions of
+own summary (ERROR SUMMARY; racecheck's RACECHECK SUMMARY), and the kernel coverage: which __global__ functions of
 csrc/ the cases launched (found with torch.profiler in a plain run) and which
 none did. A case a tool cannot run (NOT_RUN) gets a line saying why instead
 of a count. Exit status 0 only if every count is 0, every case passed its value
@@ -361,7 +361,7 @@ def _error_lines(lines: list[str]) -> int:
 
 
 def parse(output: str) -> tuple[dict[str, tuple[int, str]], int, int | None]:
-    """(case -> (errors, status), errors outside any case, the sanitizer's ERROR SUMMARY total)."""
+    """(case -> (errors, status), errors outside any case, the sanitizer's own total)."""
     per_case: dict[str, tuple[int, str]] = {}
     outside: list[str] = []
     current, chunk = None, []
@@ -378,7 +378,9 @@ def parse(output: str) -> tuple[dict[str, tuple[int, str]], int, int | None]:
             outside.append(line)
     if current is not None:  # the process died inside a case
         per_case[current] = (_error_lines(chunk), "DIED (no end marker)")
-    summary = re.findall(r"ERROR SUMMARY: (\d+) error", output)
+    # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
+    summary = (re.findall(r"ERROR SUMMARY: (\d+) error", output)
+               or re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", output))
     return per_case, _error_lines(outside), int(summary[-1]) if summary else None
 
 
@@ -447,8 +449,8 @@ def main() -> int:
             totals += total if total is not None else 0
             if total is None:
                 ok = False
-                lines.append(f"{tool}\t(no ERROR SUMMARY: the sanitizer did not finish, exit {rc})\t?\t-")
-        lines.append(f"{tool}\tTOTAL (sanitizer's ERROR SUMMARY)\t{totals}\t"
+                lines.append(f"{tool}\t(no ERROR or RACECHECK SUMMARY: the sanitizer did not finish, exit {rc})\t?\t-")
+        lines.append(f"{tool}\tTOTAL (the sanitizer's summary)\t{totals}\t"
                      + ("matches the per-case counts" if totals == counted else f"per-case counts sum to {counted}"))
         ok &= totals == 0
         results.write_text("\n".join(lines) + "\n")  # partial results survive a later crash
