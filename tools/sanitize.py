@@ -411,6 +411,7 @@ def main() -> int:
                         help="instrument every kernel, not only make_inplace's (slower)")
     parser.add_argument("--run-cases", metavar="REGEX", help=argparse.SUPPRESS)  # inside the sanitizer
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    parser.add_argument("--commit", default="", help="the commit the library was built from, for the header")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
 
@@ -426,7 +427,11 @@ def main() -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in _cases() if re.search(args.cases, n)]
     ok = True
-    lines = [f"# compute-sanitizer over make_inplace's CUDA kernels; logs in {log_dir}",
+    import torch
+
+    version = subprocess.run([args.sanitizer, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    lines = [f"# compute-sanitizer over make_inplace's CUDA kernels{' at ' + args.commit if args.commit else ''}: "
+             f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {version[-1] if version else 'compute-sanitizer'}",
              "# tool\tcase\terrors\tcase status"]
     for tool in args.tools.split(","):
         skip, why = NOT_RUN.get(tool, (None, ""))
