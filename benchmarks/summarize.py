@@ -104,9 +104,10 @@ def load(inputs: list[str]) -> tuple[list[dict], list[dict]]:
     sources = []
     for arg in inputs:
         path, _, commit = arg.partition("@")
-        if path.endswith(".csv"):  # an earlier summary: its rows as they are
+        if path.endswith(".csv"):  # an earlier summary: its rows, and its sources from the summary.md beside it
             with open(path, newline="") as f:
                 rows += csv.DictReader(f)
+            sources += earlier_sources(os.path.join(os.path.dirname(path), "summary.md"))
             continue
         with open(path) as f:
             data = json.load(f)
@@ -117,10 +118,32 @@ def load(inputs: list[str]) -> tuple[list[dict], list[dict]]:
         for b in data["benchmarks"]:
             fresh.setdefault(b["group"], []).append(b)
         groups.update({g: (items, commit or "unknown") for g, items in fresh.items()})
-    rows += [row for items, commit in groups.values() for row in summarize(items, commit)]
+    fresh_rows = [row for items, commit in groups.values() for row in summarize(items, commit)]
+    # A benchmark run replaces an earlier summary's rows for the same op, shape and dtype.
+    replaced = {_key(r) for r in fresh_rows}
+    rows = [r for r in rows if _key(r) not in replaced] + fresh_rows
+    used = {r["commit"] for r in rows}
+    sources = [s for s in sources if s["commit"] in used]
     order = list(OPS.values())
     rows.sort(key=lambda r: next((i for i, name in enumerate(order) if r["op"].split(" ")[0] == name), len(order)))
     return rows, sources
+
+
+def _key(row: dict) -> tuple[str, str, str]:
+    return row["op"], row["shape"], row["dtype"]
+
+
+def earlier_sources(md_path: str) -> list[dict]:
+    """The source table of a summary.md written by this script (none if it is absent)."""
+    if not os.path.exists(md_path):
+        return []
+    found = []
+    with open(md_path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 5 and cells[0].endswith(".json"):
+                found.append(dict(zip(("file", "commit", "date", "device", "torch"), cells)))
+    return found
 
 
 HEADERS = {
