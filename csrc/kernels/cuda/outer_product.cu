@@ -338,11 +338,21 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       const bool fused = packs <= int64_t{kMaxPacksPerLane} * block.x;
       if (fused && gb != nullptr) {
         // One strip per batch item: both gradients from one read of grad_out.
-        // Blocks run even when n or m is 0, to write the (zero) sums.
-        outer_cols_kernel<T, W, kMaxPacksPerLane><<<grid_for(batch, 1), block, 0, stream>>>(
-            g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
-            b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, accumulate);
-        return cudaGetLastError();
+        // Blocks run even when n or m is 0, to write the (zero) sums. P packs
+        // per lane, no more than the row needs: each one costs V registers
+        // and kThreads * V words of shared memory, i.e. resident CTAs and
+        // loads in flight.
+        const auto launch_fused = [&](auto p_tag) {
+          constexpr int P = decltype(p_tag)::value;
+          outer_cols_kernel<T, W, P><<<grid_for(batch, 1), block, 0, stream>>>(
+              g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
+              b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, accumulate);
+          return cudaGetLastError();
+        };
+        static_assert(kMaxPacksPerLane == 4, "the fused launch picks P in {1, 2, 4}");
+        if (packs <= block.x) return launch_fused(std::integral_constant<int, 1>{});
+        if (packs <= 2 * int64_t{block.x}) return launch_fused(std::integral_constant<int, 2>{});
+        return launch_fused(std::integral_constant<int, 4>{});
       }
       const int64_t strips = (packs + block.x - 1) / block.x;
       const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
