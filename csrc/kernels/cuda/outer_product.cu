@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
           Pack<T, V> o;
 #pragma unroll
           for (int e = 0; e < V; ++e) o.v[e] = from_acc<T>(ai[k] * bf[e]);
-          store_pack_streaming<T, V>(op + k * m, o);
+          store_pack<T, V, true>(op + k * m, o);
         }
       }
       for (; r < count; ++r, ap += as1, op += m) {
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
         Pack<T, V> o;
 #pragma unroll
         for (int e = 0; e < V; ++e) o.v[e] = from_acc<T>(ai * bf[e]);
-        store_pack_streaming<T, V>(op, o);
+        store_pack<T, V, true>(op, o);
       }
     }
     row += count;

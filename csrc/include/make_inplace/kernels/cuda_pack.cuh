@@ -54,21 +54,12 @@ __device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t stride, bool
   return r;
 }
 
-// 16-byte packs go out as one st.global.v4 (store16.cuh says why).
-template <typename T, int V>
+// 16-byte packs go out as one st.global.v4 (store16.cuh says why);
+// kStreaming makes it st.global.cs.
+template <typename T, int V, bool kStreaming = false>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
   if constexpr (sizeof(T) * V == 16) {
-    store_global_16(p, x);
-  } else {
-    *reinterpret_cast<Pack<T, V>*>(p) = x;
-  }
-}
-
-// The same, streaming (st.global.cs) when the pack is 16 bytes.
-template <typename T, int V>
-__device__ __forceinline__ void store_pack_streaming(T* p, const Pack<T, V>& x) {
-  if constexpr (sizeof(T) * V == 16) {
-    store_global_16_streaming(p, x);
+    store_global_16<kStreaming>(p, x);
   } else {
     *reinterpret_cast<Pack<T, V>*>(p) = x;
   }

@@ -10,26 +10,22 @@
 
 namespace make_inplace::kernels {
 
-template <typename P>
+// kStreaming: st.global.cs (evict first), for outputs written once and not
+// read again by the kernel, e.g. outer product's.
+template <bool kStreaming = false, typename P>
 __device__ __forceinline__ void store_global_16(void* p, const P& v) {
   static_assert(sizeof(P) == 16, "store_global_16 stores 16-byte vectors");
   uint32_t w[4];
   memcpy(w, &v, 16);
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
-               "r"(w[2]), "r"(w[3])
-               : "memory");
-}
-
-// The same with the streaming hint (st.global.cs, evict first): for outputs
-// written once and not read again by the kernel, e.g. outer product's.
-template <typename P>
-__device__ __forceinline__ void store_global_16_streaming(void* p, const P& v) {
-  static_assert(sizeof(P) == 16, "store_global_16_streaming stores 16-byte vectors");
-  uint32_t w[4];
-  memcpy(w, &v, 16);
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
-               "r"(w[2]), "r"(w[3])
-               : "memory");
+  if constexpr (kStreaming) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
 }
 
 }  // namespace make_inplace::kernels
