@@ -11,8 +11,11 @@ events (``cpu_peak_extra``). docs/memory.md says why each is honest.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -60,6 +63,19 @@ def cuda_peak_extra(fn: Callable[[], object], device: torch.device | None = None
     return peak
 
 
+@contextlib.contextmanager
+def _fd2_to_devnull():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def cpu_peak_extra(fn: Callable[[], object]) -> int:
     """Runs ``fn`` once; returns the peak bytes its CPU allocations added.
 
@@ -69,7 +85,8 @@ def cpu_peak_extra(fn: Callable[[], object]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    # torch 2.13's profiler writes two lines to stderr (fd 2) per start and stop.
+    with _fd2_to_devnull(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
     del result
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]

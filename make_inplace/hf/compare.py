@@ -20,6 +20,8 @@ from typing import Callable
 
 import torch
 
+from .._measure import cpu_peak_extra
+
 # (batch, sequence length) per family at the main job's shape; ViT: batch of small images.
 SHAPES = {"bert": (8, 4096), "gpt2": (8, 4096), "llama": (8, 4096), "vit": (160, None)}
 CPU_SHAPES = {"bert": (2, 128), "gpt2": (2, 128), "llama": (2, 128), "vit": (4, None)}
@@ -36,17 +38,7 @@ def _peak(fn, device: torch.device) -> int:
         peak = torch.cuda.max_memory_allocated(device) - before
         del out
         return peak
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
-    del out
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
-    held = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        held += event.nbytes()
-        peak = max(peak, held)
-    return peak
+    return cpu_peak_extra(fn)
 
 
 # Timed pairs per row on CPU, where a forward at CPU_SHAPES takes about a millisecond.
