@@ -4,6 +4,8 @@
   staged-rows kernels of softmax_/layer_norm_) for a block of code.
 - ``square_matmul_route``: the routing policy's plan for a call described by
   its shape, dtype, layout and device facts; runs without a GPU.
+- ``trilinear_reference``: trilinear_interpolation's formula in plain torch,
+  the reference the tests and the sanitizer cases compare against.
 
 docs/routing.md describes the routes, the policy's rules and these hooks.
 """
@@ -141,3 +143,15 @@ def square_matmul_route(
         panels_batched=panels_batched,
     )
     return RoutePlan(*result)
+
+
+def trilinear_reference(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
+    """The trilinear formula in plain torch: differentiable, in the inputs' dtype
+    (float64 when given float64). feats (N, 8, F) corners, points (N, 3) in [-1, 1]."""
+    u, v, w = ((points + 1) / 2).unbind(-1)
+    out = 0
+    for k in range(8):
+        i, j, l = k >> 2, (k >> 1) & 1, k & 1
+        weight = (u if i else 1 - u) * (v if j else 1 - v) * (w if l else 1 - w)
+        out = out + weight[:, None] * feats[:, k]
+    return out

@@ -1,5 +1,6 @@
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,14 @@ def launch_orders(values):
                 if not alternating or alternating[-1] != v:
                     alternating.append(v)
     return {"increasing": up, "decreasing": up[::-1], "alternating": alternating}
+
+
+def device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> str:
+    """The shared validation's message (make_inplace/ops/_common.py) as a regex: the op, both
+    arguments and their devices, and the fix."""
+    return (rf"^make_inplace\.{re.escape(op)}: {name} is on {re.escape(str(t.device))}, but {ref_name} is on "
+            rf"{re.escape(str(ref.device))}; all tensor arguments must be on one device: "
+            rf"move {name} with \.to\({ref_name}\.device\)$")
 
 
 def pytest_addoption(parser):

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import make_inplace
-from make_inplace._testing import forced_route
+from make_inplace._testing import forced_route, trilinear_reference
 from make_inplace.nn import (
     InplaceLayerNorm,
     InplaceLinear,
@@ -211,14 +211,6 @@ def _square_matmul_case(name, rows, n, dtype, *, bias=True, transpose=False, wor
     return Case(name, make, run, reference, tol, route=route, grads=grads)
 
 
-def _trilinear_math(feats, points):
-    u, v, w = ((points + 1) / 2).unbind(-1)
-    out = 0
-    for k in range(8):
-        i, j, l = k >> 2, (k >> 1) & 1, k & 1
-        out = out + ((u if i else 1 - u) * (v if j else 1 - v) * (w if l else 1 - w))[:, None] * feats[:, k]
-    return out
-
 
 def _trilinear_case(name, n, f, dtype, strided=False, grad=False):
     def make(seed):
@@ -232,7 +224,7 @@ def _trilinear_case(name, n, f, dtype, strided=False, grad=False):
         return [make_inplace.trilinear_interpolation(t["feats"], t["points"])]
 
     def reference(t):
-        return [_trilinear_math(t["feats"].double(), t["points"].double())]
+        return [trilinear_reference(t["feats"].double(), t["points"].double())]
 
     return Case(name, make, run, reference, TOL[dtype] * 2, grads=("feats", "points") if grad else ())
 
@@ -257,7 +249,7 @@ def _trilinear_backward_case(name, n, f, dtype, with_feats=True, accumulate=Fals
         feats = (t["feats"] if with_feats else torch.zeros(n, 8, f, device=DEVICE)).double().requires_grad_()
         points = t["points"].double().requires_grad_()
         with torch.enable_grad():  # the gradients through the formula are the reference
-            _trilinear_math(feats, points).backward(t["grad_out"].double())
+            trilinear_reference(feats, points).backward(t["grad_out"].double())
         out = [feats.grad + (t["grad_feats"].double() if accumulate else 0)]
         if with_feats:
             out.append(points.grad + (t["grad_points"].double() if accumulate else 0))
@@ -752,13 +744,13 @@ def test_more_than_2_31_elements_trilinear():
     points = (torch.rand(n, 3, device=DEVICE) * 2 - 1).to(BF16)
     out = make_inplace.trilinear_interpolation(feats, points)
     for s in _slices(n, 8 * f):
-        _close(out[s], _trilinear_math(feats[s].double(), points[s].double()), 2 * TOL[BF16], f"points {s}")
+        _close(out[s], trilinear_reference(feats[s].double(), points[s].double()), 2 * TOL[BF16], f"points {s}")
     # and its gradients: grad_feats past 2**31 elements
     grad_out = _big((n, f), BF16, 11)
     grad_feats, grad_points = make_inplace.trilinear_interpolation_backward(grad_out, points, feats)
     for s in _slices(n, 8 * f):
         fs, ps = feats[s].double().requires_grad_(), points[s].double().requires_grad_()
-        _trilinear_math(fs, ps).backward(grad_out[s].double())
+        trilinear_reference(fs, ps).backward(grad_out[s].double())
         _close(grad_feats[s], fs.grad, 4 * TOL[BF16], f"grad_feats {s}")
         _close(grad_points[s], ps.grad, 4 * TOL[BF16], f"grad_points {s}")
     del feats, grad_feats, out
@@ -768,7 +760,7 @@ def test_more_than_2_31_elements_trilinear():
     points = (torch.rand(n, 3, device=DEVICE) * 2 - 1).to(BF16)
     out = make_inplace.trilinear_interpolation(feats, points)
     for s in _slices(n, f):
-        _close(out[s], _trilinear_math(feats[s].double(), points[s].double()), 2 * TOL[BF16], f"points {s}")
+        _close(out[s], trilinear_reference(feats[s].double(), points[s].double()), 2 * TOL[BF16], f"points {s}")
 
 
 def test_more_than_2_31_elements_outer_product():

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
 import make_inplace
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
+from conftest import device_mismatch
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -310,12 +309,6 @@ def test_cuda_many_items_wide_rows(dtype, m):
     close(grad_b, b0.double() + ref_b, dtype, scale=2 * n**0.5)
 
 
-def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> str:
-    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
-    return (rf"^make_inplace\.{re.escape(op)}: {name} is on {re.escape(str(t.device))}, but {ref_name} is on "
-            rf"{re.escape(str(ref.device))}; all tensor arguments must be on one device: "
-            rf"move {name} with \.to\({ref_name}\.device\)$")
-
 
 # Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
 # (ids: the GPU run deselects "cpu" ids with -k "not cpu".)
@@ -324,15 +317,15 @@ def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: to
 def test_wrong_device_buffer(device, other):
     a, b = make((2, 3), torch.float32, device), make((2, 4), torch.float32, device)
     out = torch.zeros(2, 3, 4, device=other)
-    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product", "out", out, "a", a)):
+    with pytest.raises(RuntimeError, match=device_mismatch("outer_product", "out", out, "a", a)):
         make_inplace.outer_product(a, b, out=out)
     if other != "meta":
         assert torch.equal(out, torch.zeros(2, 3, 4, device=other))
     other_b = b.to(other)
-    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product", "b", other_b, "a", a)):
+    with pytest.raises(RuntimeError, match=device_mismatch("outer_product", "b", other_b, "a", a)):
         make_inplace.outer_product(a, other_b)
     grad_b, grad_out = torch.zeros(2, 4, device=other), torch.randn(2, 3, 4, device=device)
-    with pytest.raises(RuntimeError, match=_device_mismatch("outer_product_backward", "grad_b", grad_b,
+    with pytest.raises(RuntimeError, match=device_mismatch("outer_product_backward", "grad_b", grad_b,
                                                             "grad_out", grad_out)):
         make_inplace.outer_product_backward(grad_out, a, b, grad_b=grad_b)
     if other != "meta":

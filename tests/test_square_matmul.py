@@ -1,7 +1,6 @@
 """square_matmul_: values, storage, autograd, version counter, errors, memory, streams."""
 
 import itertools
-import re
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch
 import make_inplace
 from make_inplace._testing import forced_route
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_error
-from conftest import CUDA, DEVICES, launch_orders, requires_cuda
+from conftest import CUDA, DEVICES, device_mismatch, launch_orders, requires_cuda
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 # Relative (Frobenius) error against float64 math on the same rounded inputs.
@@ -186,16 +185,10 @@ def bad_inputs(device):
     others = ["meta"] + (["cpu" if device == "cuda" else "cuda"] if CUDA else [])
     for other in others:
         w_other, b_other = w.to(other), b.to(other)
-        cases.append((f"weight on {other}", (x, w_other), {}, _device_mismatch("weight", w_other, x)))
-        cases.append((f"bias on {other}", (x, w, b_other), {}, _device_mismatch("bias", b_other, x)))
+        cases.append((f"weight on {other}", (x, w_other), {}, device_mismatch("square_matmul_", "weight", w_other, "x", x)))
+        cases.append((f"bias on {other}", (x, w, b_other), {}, device_mismatch("square_matmul_", "bias", b_other, "x", x)))
     return cases
 
-
-def _device_mismatch(name, t, x):
-    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
-    return (rf"^make_inplace\.square_matmul_: {name} is on {re.escape(str(t.device))}, but x is on "
-            rf"{re.escape(str(x.device))}; all tensor arguments must be on one device: "
-            rf"move {name} with \.to\(x\.device\)$")
 
 
 @pytest.mark.parametrize("device", DEVICES)

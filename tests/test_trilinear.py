@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
 import make_inplace
+from make_inplace._testing import trilinear_reference
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
+from conftest import device_mismatch
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -21,15 +21,6 @@ TOL = {
 }
 
 
-def reference(feats: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """The trilinear formula in plain torch (differentiable; float64 when given float64)."""
-    u, v, w = ((points + 1) / 2).unbind(-1)
-    out = 0
-    for k in range(8):
-        i, j, l = k >> 2, (k >> 1) & 1, k & 1
-        weight = (u if i else 1 - u) * (v if j else 1 - v) * (w if l else 1 - w)
-        out = out + weight[:, None] * feats[:, k]
-    return out
 
 
 def make(n, f, dtype, device, spread=1.0):
@@ -41,7 +32,7 @@ def make(n, f, dtype, device, spread=1.0):
 def reference_grads(feats, points, grad_out):
     f64 = feats.detach().to(torch.float64, copy=True).requires_grad_()
     p64 = points.detach().to(torch.float64, copy=True).requires_grad_()
-    reference(f64, p64).backward(grad_out.double())
+    trilinear_reference(f64, p64).backward(grad_out.double())
     return f64.grad, p64.grad
 
 
@@ -59,7 +50,7 @@ def test_forward_into_out(device, dtype, n, f):
     ptr = out.data_ptr()
     result = make_inplace.trilinear_interpolation(feats, points, out=out)
     assert result is out and out.data_ptr() == ptr
-    expected = reference(feats.double(), points.double())
+    expected = trilinear_reference(feats.double(), points.double())
     close(out, expected, dtype)
     allocated = make_inplace.trilinear_interpolation(feats, points)
     assert allocated.shape == (n, f) and allocated.dtype == dtype
@@ -122,7 +113,7 @@ def test_extrapolates_outside_unit_cube(device, dtype):
     feats, points = make(257, 5, dtype, device, spread=3.0)
     assert points.abs().max() > 1
     grad_out = torch.randn(257, 5, dtype=dtype, device=device)
-    close(make_inplace.trilinear_interpolation(feats, points), reference(feats.double(), points.double()), dtype)
+    close(make_inplace.trilinear_interpolation(feats, points), trilinear_reference(feats.double(), points.double()), dtype)
     ref_feats, ref_points = reference_grads(feats, points, grad_out)
     gf, gp = make_inplace.trilinear_interpolation_backward(grad_out, points, feats)
     close(gf, ref_feats, dtype)
@@ -139,7 +130,7 @@ def test_non_contiguous_inputs(device, dtype):
     points = (torch.rand(3, n, device=device) * 2 - 1).to(dtype).t()
     grad_out = torch.randn(n, 2 * f, dtype=dtype, device=device)[:, ::2]
     assert not (feats.is_contiguous() or points.is_contiguous() or grad_out.is_contiguous())
-    close(make_inplace.trilinear_interpolation(feats, points), reference(feats.double(), points.double()), dtype)
+    close(make_inplace.trilinear_interpolation(feats, points), trilinear_reference(feats.double(), points.double()), dtype)
     ref_feats, ref_points = reference_grads(feats, points, grad_out)
     gf, gp = make_inplace.trilinear_interpolation_backward(grad_out, points, feats)
     close(gf, ref_feats, dtype)
@@ -161,7 +152,7 @@ def test_misaligned_buffers(device, dtype):
     grad_out = torch.randn(n, f, dtype=dtype, device=device)
     out = torch.full((n * f + 1,), float("nan"), dtype=dtype, device=device)[1:].view(n, f)
     make_inplace.trilinear_interpolation(feats, points, out=out)
-    close(out, reference(feats.double(), points.double()), dtype)
+    close(out, trilinear_reference(feats.double(), points.double()), dtype)
     grad_feats = torch.full((n * 8 * f + 1,), float("nan"), dtype=dtype, device=device)[1:].view(n, 8, f)
     make_inplace.trilinear_interpolation_backward(grad_out, points, feats, grad_feats=grad_feats)
     close(grad_feats, reference_grads(feats, points, grad_out)[0], dtype)
@@ -227,7 +218,7 @@ def test_out_while_requiring_grad_is_an_error(device):
     assert torch.equal(out, torch.zeros_like(out))
     with torch.no_grad():
         make_inplace.trilinear_interpolation(feats, points, out=out)
-    close(out, reference(feats.detach().double(), points.double()), torch.float32)
+    close(out, trilinear_reference(feats.detach().double(), points.double()), torch.float32)
     with pytest.raises(RuntimeError, match="not differentiable"):
         make_inplace.trilinear_interpolation_backward(torch.randn(4, 3, device=device), points, feats)
 
@@ -308,12 +299,6 @@ def test_bad_input_names_argument_and_writes_nothing(device, case):
         assert torch.equal(kw[k], v), f"{k} was written by a rejected call"
 
 
-def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> str:
-    """The shared validation's message (make_inplace/ops/_common.py): the op, both arguments and devices, the fix."""
-    return (rf"^make_inplace\.{re.escape(op)}: {name} is on {re.escape(str(t.device))}, but {ref_name} is on "
-            rf"{re.escape(str(ref.device))}; all tensor arguments must be on one device: "
-            rf"move {name} with \.to\({ref_name}\.device\)$")
-
 
 # Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
 # (ids: the GPU run deselects "cpu" ids with -k "not cpu".)
@@ -322,17 +307,17 @@ def _device_mismatch(op: str, name: str, t: torch.Tensor, ref_name: str, ref: to
 def test_wrong_device_buffer(device, other):
     feats, points = make(5, 4, torch.float32, device)
     out = torch.zeros(5, 4, device=other)
-    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation", "out", out, "feats", feats)):
+    with pytest.raises(RuntimeError, match=device_mismatch("trilinear_interpolation", "out", out, "feats", feats)):
         make_inplace.trilinear_interpolation(feats, points, out=out)
     if other != "meta":
         assert torch.equal(out, torch.zeros(5, 4, device=other))
     out, other_points = torch.zeros_like(feats[:, 0]), points.to(other)
-    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation", "points", other_points,
+    with pytest.raises(RuntimeError, match=device_mismatch("trilinear_interpolation", "points", other_points,
                                                             "feats", feats)):
         make_inplace.trilinear_interpolation(feats, other_points, out=out)
     assert torch.equal(out, torch.zeros_like(out))
     grad_points, grad_out = torch.zeros(5, 3, device=other), torch.randn(5, 4, device=device)
-    with pytest.raises(RuntimeError, match=_device_mismatch("trilinear_interpolation_backward", "grad_points",
+    with pytest.raises(RuntimeError, match=device_mismatch("trilinear_interpolation_backward", "grad_points",
                                                             grad_points, "grad_out", grad_out)):
         make_inplace.trilinear_interpolation_backward(grad_out, points, feats, grad_points=grad_points)
     if other != "meta":
@@ -363,16 +348,16 @@ def test_cuda_caller_buffers_allocate_nothing(dtype):
     assert (ours_bwd.reserved, ours_bwd.allocated) == (0, 0)
 
     # The plain-torch reference allocates at least its result (and autograd its gradients).
-    ref_fwd = cuda_peak_extra(lambda: reference(feats, points))
+    ref_fwd = cuda_peak_extra(lambda: trilinear_reference(feats, points))
     assert ref_fwd.allocated >= out.nbytes and ref_fwd.reserved > 0
 
     def torch_backward():
         fl, pl = feats.detach().requires_grad_(), points.detach().requires_grad_()
-        return torch.autograd.grad(reference(fl, pl), (fl, pl), grad_out)
+        return torch.autograd.grad(trilinear_reference(fl, pl), (fl, pl), grad_out)
 
     ref_bwd = cuda_peak_extra(torch_backward)
     assert ref_bwd.allocated >= grad_feats.nbytes and ref_bwd.reserved > 0
-    close(out, reference(feats.double(), points.double()), dtype)
+    close(out, trilinear_reference(feats.double(), points.double()), dtype)
 
 
 @CUDA
@@ -385,7 +370,7 @@ def test_cuda_runs_on_current_stream():
         make_inplace.trilinear_interpolation(feats, points, out=out)
         snapshot = out.clone()  # ordered after the kernel only if it ran on `side`
     torch.cuda.synchronize()
-    close(snapshot, reference(feats.double(), points.double()), torch.float32)
+    close(snapshot, trilinear_reference(feats.double(), points.double()), torch.float32)
 
 
 @CUDA
@@ -393,7 +378,7 @@ def test_cuda_runs_on_current_stream():
 def test_cuda_benchmark_shapes(n, f):
     feats, points = make(n, f, torch.bfloat16, "cuda")
     grad_out = torch.randn(n, f, dtype=torch.bfloat16, device="cuda")
-    close(make_inplace.trilinear_interpolation(feats, points), reference(feats.double(), points.double()), torch.bfloat16)
+    close(make_inplace.trilinear_interpolation(feats, points), trilinear_reference(feats.double(), points.double()), torch.bfloat16)
     gf, gp = make_inplace.trilinear_interpolation_backward(grad_out, points, feats)
     ref_feats, ref_points = reference_grads(feats, points, grad_out)
     close(gf, ref_feats, torch.bfloat16)

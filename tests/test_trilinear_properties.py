@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import make_inplace
+from make_inplace._testing import trilinear_reference
 from _properties import DEVICES, Guarded, dtypes, randn, same_bytes, seeds, sizes, with_layout
 
 # The tolerances of tests/test_trilinear.py.
@@ -20,14 +21,6 @@ TOL = {
 FEATS_LAYOUTS = ["contiguous", "channels-first", "strided", "broadcast"]
 
 
-def reference(feats, points):
-    u, v, w = ((points + 1) / 2).unbind(-1)
-    out = 0
-    for k in range(8):
-        i, j, l = k >> 2, (k >> 1) & 1, k & 1
-        weight = (u if i else 1 - u) * (v if j else 1 - v) * (w if l else 1 - w)
-        out = out + weight[:, None] * feats[:, k]
-    return out
 
 
 def reference_grads(feats, points, grad_out):
@@ -35,7 +28,7 @@ def reference_grads(feats, points, grad_out):
     (the accumulate case adds the buffers' starting values, moved to the CPU, to them)."""
     f64 = feats.detach().double().cpu().requires_grad_()
     p64 = points.detach().double().cpu().requires_grad_()
-    reference(f64, p64).backward(grad_out.double().cpu())
+    trilinear_reference(f64, p64).backward(grad_out.double().cpu())
     return f64.grad, p64.grad
 
 
@@ -72,7 +65,7 @@ def trilinear_inputs(draw, device, dtype=None):
 @given(data=st.data())
 def test_forward_matches_formula(device, data):
     feats, points = data.draw(trilinear_inputs(device))
-    expected = reference(feats.double(), points.double())
+    expected = trilinear_reference(feats.double(), points.double())
     before = feats.clone(), points.clone()
     if data.draw(st.booleans()):
         out = Guarded(torch.full(expected.shape, float("nan"), dtype=feats.dtype, device=device))

@@ -62,7 +62,7 @@ def _cases(dev: str = "cuda"):
     import torch.nn.functional as F
 
     import make_inplace
-    from make_inplace._testing import forced_route
+    from make_inplace._testing import forced_route, trilinear_reference
 
     op = torch.ops.make_inplace
     bf16, f16, f32, f64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
@@ -215,26 +215,18 @@ def _cases(dev: str = "cuda"):
     square_matmul_case("square_matmul-waves-simt-fp64", 100, 64, f64, "waves", 0)
 
     # trilinear_interpolation (+ backward), contiguous and strided feats.
-    def trilinear(feats, points):
-        u, v, w = ((points + 1) / 2).unbind(-1)
-        out = 0
-        for k in range(8):
-            i, j, l = k >> 2, (k >> 1) & 1, k & 1
-            out = out + ((u if i else 1 - u) * (v if j else 1 - v) * (w if l else 1 - w))[:, None] * feats[:, k]
-        return out
-
     def trilinear_case(name, n, f, dtype, strided=False, backward=False, with_feats=True):
         @case(name)
         def run():
             feats = randn(n, f, 8, dtype=dtype).transpose(1, 2) if strided else randn(n, 8, f, dtype=dtype)
             points = (torch.rand(n, 3, device=dev, dtype=f64) * 2.4 - 1.2).to(dtype)
             if not backward:
-                close(make_inplace.trilinear_interpolation(feats, points), trilinear(feats.double(), points.double()), 2 * tol[dtype])
+                close(make_inplace.trilinear_interpolation(feats, points), trilinear_reference(feats.double(), points.double()), 2 * tol[dtype])
                 return
             g = randn(n, f, dtype=dtype)
             gf, gp = make_inplace.trilinear_interpolation_backward(g, points, feats if with_feats else None)
             f64_feats, f64_points = feats.double().requires_grad_(), points.double().requires_grad_()
-            trilinear(f64_feats, f64_points).backward(g.double())
+            trilinear_reference(f64_feats, f64_points).backward(g.double())
             close(gf, f64_feats.grad, 4 * tol[dtype])
             if with_feats:
                 close(gp, f64_points.grad, 4 * tol[dtype] * f**0.5)

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cpu_dispatch.h"
 #include "cpu_rows.h"
 #include "make_inplace/kernels/cpu_parallel.h"
 
@@ -179,42 +180,21 @@ struct RowSums {
   }
 };
 
-// Runs K<T> over [0, items) for the kind's T: float64 through the portable
-// (double) path, the others through the best vectors.
-template <template <typename> class K, typename Args>
-int run_kind(ScalarKind kind, const Args& args, int64_t items, int64_t grain) {
-  cpu_parallel_for(items, grain, [&](int64_t b, int64_t e) {
-    switch (kind) {
-      case ScalarKind::kFloat16: return cpu::run_best<K<c10::Half>>(&args, b, e);
-      case ScalarKind::kBFloat16: return cpu::run_best<K<c10::BFloat16>>(&args, b, e);
-      case ScalarKind::kFloat32: return cpu::run_best<K<float>>(&args, b, e);
-      case ScalarKind::kFloat64: return cpu::run_portable<K<double>>(&args, b, e);
-    }
-  });
-  return 0;
-}
-
-bool known(ScalarKind kind) {
-  return kind == ScalarKind::kFloat16 || kind == ScalarKind::kBFloat16 || kind == ScalarKind::kFloat32 ||
-         kind == ScalarKind::kFloat64;
-}
-
 }  // namespace
 
 int outer_product_forward_cpu(ScalarKind kind, OuterInput a, OuterInput b, void* out, int64_t batch, int64_t n,
                               int64_t m) {
-  if (!known(kind)) return 1;
   const ForwardCall call{a, b, out, n, m};
-  return run_kind<Forward>(kind, call, batch * n, cpu_grain(m));
+  return cpu::parallel_for_kind<Forward>(kind, call, batch * n, cpu_grain(m));
 }
 
 int outer_product_backward_cpu(ScalarKind kind, OuterInput grad_out, OuterInput a, OuterInput b, void* grad_a,
                                void* grad_b, int64_t batch, int64_t n, int64_t m, bool accumulate) {
-  if (!known(kind)) return 1;
+  if (!cpu::handles(kind)) return 1;  // before any of the launches below
   const BackwardCall call{grad_out, a, b, grad_a, grad_b, n, m, accumulate};
-  if (m <= kCols) return run_kind<Backward>(kind, call, batch, cpu_grain(2 * n * m));
-  if (grad_b) run_kind<ColumnSums>(kind, call, batch * ((m + kCols - 1) / kCols), cpu_grain(n * kCols));
-  if (grad_a) run_kind<RowSums>(kind, call, batch * ((n + kCols - 1) / kCols), cpu_grain(kCols * m));
+  if (m <= kCols) return cpu::parallel_for_kind<Backward>(kind, call, batch, cpu_grain(2 * n * m));
+  if (grad_b) cpu::parallel_for_kind<ColumnSums>(kind, call, batch * ((m + kCols - 1) / kCols), cpu_grain(n * kCols));
+  if (grad_a) cpu::parallel_for_kind<RowSums>(kind, call, batch * ((n + kCols - 1) / kCols), cpu_grain(kCols * m));
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "cpu_dispatch.h"
 #include "cpu_rows.h"
 #include "make_inplace/kernels/cpu_parallel.h"
 #include "make_inplace/kernels/trilinear_math.h"
@@ -175,35 +176,17 @@ struct Backward {
   }
 };
 
-// Runs K<T> over points [0, n): float64 through the portable (double) path,
-// the others through the best vectors.
-template <template <typename> class K, typename Args>
-int run_kind(ScalarKind kind, const Args& args, int64_t n, int64_t grain) {
-  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16 && kind != ScalarKind::kFloat32 &&
-      kind != ScalarKind::kFloat64)
-    return 1;
-  cpu_parallel_for(n, grain, [&](int64_t b, int64_t e) {
-    switch (kind) {
-      case ScalarKind::kFloat16: return cpu::run_best<K<c10::Half>>(&args, b, e);
-      case ScalarKind::kBFloat16: return cpu::run_best<K<c10::BFloat16>>(&args, b, e);
-      case ScalarKind::kFloat32: return cpu::run_best<K<float>>(&args, b, e);
-      case ScalarKind::kFloat64: return cpu::run_portable<K<double>>(&args, b, e);
-    }
-  });
-  return 0;
-}
-
 }  // namespace
 
 int trilinear_forward_cpu(ScalarKind kind, TrilinearInput feats, TrilinearInput points, void* out, int64_t n,
                           int64_t f) {
-  return run_kind<Forward>(kind, ForwardCall{feats, points, out, f}, n, cpu_grain(9 * f));
+  return cpu::parallel_for_kind<Forward>(kind, ForwardCall{feats, points, out, f}, n, cpu_grain(9 * f));
 }
 
 int trilinear_backward_cpu(ScalarKind kind, TrilinearInput grad_out, TrilinearInput points, TrilinearInput feats,
                            void* grad_feats, void* grad_points, int64_t n, int64_t f, bool accumulate) {
   const BackwardCall call{grad_out, points, feats, grad_feats, grad_points, f, accumulate};
-  return run_kind<Backward>(kind, call, n, cpu_grain(18 * f));
+  return cpu::parallel_for_kind<Backward>(kind, call, n, cpu_grain(18 * f));
 }
 
 }  // namespace make_inplace::kernels
