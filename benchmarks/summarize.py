@@ -3,12 +3,16 @@
     pytest benchmarks --benchmark-only --benchmark-json=bench.json      # on the GPU
     python benchmarks/summarize.py bench.json@abc1234 --out benchmarks/results/h100
     python benchmarks/summarize.py benchmarks/results/h100/summary.csv --readme
+    python benchmarks/summarize.py --plot benchmarks/results/h100     # summary.png again from summary.csv
 
 Each input is PATH or PATH@COMMIT (the commit the library was built from:
 pytest-benchmark's own commit_info is wrong on a machine that gets the tree
 without .git). Several inputs merge; a later file's groups replace an earlier
 one's. Writes summary.csv (one row per op, shape, dtype and make_inplace
-variant) and summary.md (the same as a table, plus where each row comes from).
+variant), summary.md (the same as a table, plus where each row comes from)
+and summary.png (speed vs best torch and ceiling share per op: summary_plot.py;
+skipped with a note where matplotlib is not installed). ``--plot DIR`` draws
+DIR/summary.png again from DIR/summary.csv (and the GPU named in summary.md).
 ``--readme`` prints the README's excerpt instead: per op, bfloat16 (and
 float32 for square_matmul_), the range over the benchmark's shapes.
 """
@@ -20,6 +24,8 @@ import csv
 import json
 import os
 import sys
+
+from summary_plot import plot
 
 DTYPES = ("bfloat16", "float16", "float32", "float64")
 # Benchmark group prefix -> public name (the bench files name groups "<op> [fwd|bwd] <dtype> <shape>").
@@ -191,7 +197,8 @@ def readme_rows(rows: list[dict]) -> list[dict]:
 README_COLUMNS = ["op", "dtype", "shapes", "speed_vs_best_torch", "ceiling_share", "ours_mib", "torch_eager_mib", "commit"]
 
 
-def write(rows: list[dict], sources: list[dict], out: str) -> None:
+def write(rows: list[dict], sources: list[dict], out: str) -> str | None:
+    """summary.csv, summary.md and summary.png in out; the PNG's path, or None where matplotlib is missing."""
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -204,20 +211,46 @@ def write(rows: list[dict], sources: list[dict], out: str) -> None:
         f.write("| source | commit | date | device | torch |\n|---|---|---|---|---|\n")
         f.writelines(f"| {s['file']} | {s['commit']} | {s['date']} | {s['device']} | {s['torch']} |\n" for s in sources)
         f.write("\n" + markdown(rows) + "\n")
+    return write_plot(rows, sources, out)
+
+
+def write_plot(rows: list[dict], sources: list[dict], out: str) -> str | None:
+    """out/summary.png, titled with the GPU and torch of the sources (the folder's name if none are known)."""
+    devices = ", ".join(sorted({s["device"] for s in sources if s["device"]})) or os.path.basename(os.path.abspath(out))
+    torches = ", ".join(sorted({s["torch"] for s in sources if s["torch"]}))
+    title = f"make_inplace vs the best torch: {devices}" + (f", torch {torches}" if torches else "")
+    return plot(rows, os.path.join(out, "summary.png"), title)
+
+
+def replot(folder: str) -> str | None:
+    """summary.png again from a folder's summary.csv and summary.md (the raw JSON is not kept)."""
+    with open(os.path.join(folder, "summary.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    return write_plot(rows, earlier_sources(os.path.join(folder, "summary.md")), folder)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("inputs", nargs="+", help="pytest-benchmark JSON files, each PATH or PATH@COMMIT, or a summary.csv")
-    parser.add_argument("--out", help="directory for summary.csv and summary.md")
+    parser.add_argument("inputs", nargs="*", help="pytest-benchmark JSON files, each PATH or PATH@COMMIT, or a summary.csv")
+    parser.add_argument("--out", help="directory for summary.csv, summary.md and summary.png")
+    parser.add_argument("--plot", metavar="DIR", help="draw DIR/summary.png from DIR/summary.csv; reads no inputs")
     parser.add_argument("--readme", action="store_true", help="print the README's table instead")
     args = parser.parse_args(argv)
+    if args.plot:
+        if args.inputs or args.out or args.readme:
+            parser.error("--plot DIR takes no inputs, --out or --readme")
+        png = replot(args.plot)
+        if png:
+            print(f"wrote {png}")
+        return 0
+    if not args.inputs:
+        parser.error("give pytest-benchmark JSON files or a summary.csv (or --plot DIR)")
     rows, sources = load(args.inputs)
     if args.readme:
         print(markdown(readme_rows(rows), README_COLUMNS))
     elif args.out:
-        write(rows, sources, args.out)
-        print(f"wrote {len(rows)} rows to {args.out}/summary.csv and summary.md")
+        png = write(rows, sources, args.out)
+        print(f"wrote {len(rows)} rows to {args.out}/summary.csv and summary.md" + (" and summary.png" if png else ""))
     else:
         print(markdown(rows))
     return 0
