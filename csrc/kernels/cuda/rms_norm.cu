@@ -2,7 +2,8 @@
 //
 // Forward: rows that fit on chip are held in registers by `tpr` threads (a
 // sub-warp or warp for short rows, up to a 512-thread CTA for long ones) as
-// 16-byte vectors: one read and one write per element, the sum of squares
+// 16-byte vectors (16-bit and float32 rows of up to 32 elements per thread
+// take rms_norm_rows_plain_kernel): one read and one write per element, the sum of squares
 // accumulated in float (double for float64) and reduced over the row's
 // threads. Longer rows: a CTA per row in two passes over global memory (sum
 // of squares, then the write); in place, no workspace. RMS has no mean, so
@@ -11,6 +12,7 @@
 // then the write); grad_weight as column sums over row chunks into a
 // workspace, then a final sum over the chunks.
 #include "make_inplace/kernels/rms_norm.h"
+#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 
 #include <algorithm>
@@ -64,6 +66,71 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
         out.v[e] = from_acc<T>(v);
       }
       store_vec(p + col, out);
+    }
+  }
+  if (active && lane == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
+}
+
+// The 16-bit and float32 fast path for rows held on chip: up to 32 floats of
+// the row per thread, converted with packed pairs (the general kernel above
+// converts element by element); at 32 16-bit elements per thread the row stays
+// packed as loaded and the write pass unpacks it again, as in
+// layer_norm_rows_plain_kernel.
+template <typename T, int NV>
+__global__ void __launch_bounds__(kOnChipMaxThreads)
+    rms_norm_rows_plain_kernel(T* __restrict__ x, const T* __restrict__ w, int64_t row0, int64_t rows, int n,
+                               int tpr, float inv_n, float eps, float* __restrict__ rstd_out) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int F = kFloatsPerVector<T>;
+  static_assert(NV * F <= 32, "at most 32 floats of the row per thread");
+  using V = Vec<T, VEC>;
+  __shared__ float scratch[32];
+  const auto [lane, row, active, end] = on_chip_row(row0, rows, n, tpr);
+  T* p = x + (active ? row : 0) * n;
+
+  V buf[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
+  }
+  constexpr bool PACKED = sizeof(T) == 2 && NV * F == 32;
+  float v[PACKED ? 1 : NV][F];
+  float sq = 0;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      float f[F];
+      unpack_vector<T>(buf[k], f);
+#pragma unroll
+      for (int e = 0; e < F; ++e) {
+        if constexpr (!PACKED) v[k][e] = f[e];
+        sq += f[e] * f[e];
+      }
+    }
+  }
+  const float rstd = rsqrtf(group_reduce(sq, tpr, 0.0f, scratch, SumOp{}) * inv_n + eps);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int col = (k * tpr + lane) * VEC;
+    if (col < end) {
+      float f[F];
+      if constexpr (PACKED) {
+        unpack_vector<T>(buf[k], f);
+      } else {
+#pragma unroll
+        for (int e = 0; e < F; ++e) f[e] = v[k][e];
+      }
+#pragma unroll
+      for (int e = 0; e < F; ++e) f[e] *= rstd;
+      if (w != nullptr) {
+        float wf[F];
+        unpack_vector<T>(*reinterpret_cast<const V*>(w + col), wf);
+#pragma unroll
+        for (int e = 0; e < F; ++e) f[e] *= wf[e];
+      }
+      store_vec(p + col, pack_vector<T, V>(f));
     }
   }
   if (active && lane == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
@@ -216,10 +283,37 @@ cudaError_t launch_rows(T* x, const T* w, int64_t rows, int64_t n, int tpr, acc_
   });
 }
 
+// rms_norm_rows_plain_kernel where it applies (16-byte vectors, not float64,
+// a row of up to 32 floats per thread); false where it does not, *err set
+// where it does.
+template <typename T>
+bool forward_plain(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_t<T>* rstd, cudaStream_t stream,
+                   cudaError_t* err) {
+  if constexpr (sizeof(T) == 8) {
+    return false;
+  } else {
+    constexpr int VEC = 16 / sizeof(T);
+    constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
+    int tpr = 0, nv = 0;
+    if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
+    return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
+      const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+      *err = launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+        rms_norm_rows_plain_kernel<T, decltype(nv_tag)::value><<<grid, block, 0, stream>>>(
+            x, w, row0, rows, static_cast<int>(n), tpr, 1.0f / static_cast<float>(n), eps, rstd);
+      });
+    });
+  }
+}
+
 template <typename T, int VEC>
 cudaError_t forward_vec(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_t<T>* rstd,
                         cudaStream_t stream) {
   using A = acc_t<T>;
+  if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned
+    cudaError_t err = cudaSuccess;
+    if (forward_plain<T>(x, w, rows, n, eps, rstd, stream, &err)) return err;
+  }
   int tpr = 0, nv = 0;
   if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1, &tpr, &nv)) {
     switch (nv) {
