@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from . import linear
-from .checks import check_operand, check_stream, wants_grad
+from .checks import check_operands, check_stream, wants_grad
 from .norm import Norm
 from .panels import AttentionPlan, FlashSplitKV, attention_plan, check_workspace_bytes
 from .rotary import apply_rotary_, check_rotary, rotary_rows
@@ -117,10 +117,11 @@ def residual_attention_(
     scale = head_dim ** -0.5 if scale is None else float(scale)
     block = _Block(x, (q_weight, k_weight, v_weight, o_weight), (q_bias, k_bias, v_bias, o_bias),
                    heads, kv_heads, head_dim, norm, post_norm, causal, attn_mask, rotary, scale, weight_layout)
-    params = (q_weight, k_weight, v_weight, o_weight, q_bias, k_bias, v_bias, o_bias)
-    norm_params = tuple(t for n in (norm, post_norm) if n is not None for t in (n.weight, n.bias))
-    if wants_grad(x, *params, *norm_params, *(rotary or ()), attn_mask):
-        return block.reference(kv_update)
+    if torch.is_grad_enabled():  # (gathering the tensors costs ~1 us, on every call otherwise)
+        params = (q_weight, k_weight, v_weight, o_weight, q_bias, k_bias, v_bias, o_bias)
+        norm_params = tuple(t for n in (norm, post_norm) if n is not None for t in (n.weight, n.bias))
+        if wants_grad(x, *params, *norm_params, *(rotary or ()), attn_mask):
+            return block.reference(kv_update)
     if x.numel() == 0:
         return x
     return block.run_(kv_update, workspace_bytes)
@@ -144,14 +145,17 @@ def _check(x, q_weight, k_weight, v_weight, o_weight, q_bias, k_bias, v_bias, o_
         raise ValueError(f"{_FN}: q_weight's {q_features} output features are not a multiple of num_heads={num_heads}")
     head_dim = q_features // num_heads
     kv_features = kv_heads * head_dim
-    check_operand(_FN, "q_weight", q_weight, x, linear.shape(layout, d, q_features))
-    check_operand(_FN, "k_weight", k_weight, x, linear.shape(layout, d, kv_features))
-    check_operand(_FN, "v_weight", v_weight, x, linear.shape(layout, d, kv_features))
-    check_operand(_FN, "o_weight", o_weight, x, linear.shape(layout, q_features, d))
-    check_operand(_FN, "q_bias", q_bias, x, (q_features,), optional=True)
-    check_operand(_FN, "k_bias", k_bias, x, (kv_features,), optional=True)
-    check_operand(_FN, "v_bias", v_bias, x, (kv_features,), optional=True)
-    check_operand(_FN, "o_bias", o_bias, x, (d,), optional=True)
+    kv_shape = linear.shape(layout, d, kv_features)
+    check_operands(_FN, x, (
+        ("q_weight", q_weight, linear.shape(layout, d, q_features), False),
+        ("k_weight", k_weight, kv_shape, False),
+        ("v_weight", v_weight, kv_shape, False),
+        ("o_weight", o_weight, linear.shape(layout, q_features, d), False),
+        ("q_bias", q_bias, (q_features,), True),
+        ("k_bias", k_bias, (kv_features,), True),
+        ("v_bias", v_bias, (kv_features,), True),
+        ("o_bias", o_bias, (d,), True),
+    ))
     for name, n in (("norm", norm), ("post_norm", post_norm)):
         if n is not None:
             Norm.check(n, _FN, name, x)
@@ -196,6 +200,7 @@ class _Block:
         self.causal, self.mask, self.rotary, self.scale = causal, mask, rotary, scale
         self.layout = layout
         self.batch, self.seq_len, self.d = x.shape
+        self._rotary_panel = (None, None)
 
     # -- shared pieces -------------------------------------------------------
 
@@ -207,16 +212,20 @@ class _Block:
         k = linear.project(h, self.wk, self.bk, self.layout, out=k_out)
         linear.project(h, self.wv, self.bv, self.layout, out=v_out)
         if self.rotary is not None:
-            cos, sin = rotary_rows(self.rotary, b0, b1, s0, s1)
-            apply_rotary_(k.view(b1 - b0, s1 - s0, self.kv_heads, self.head_dim), cos, sin)
+            apply_rotary_(k.view(b1 - b0, s1 - s0, self.kv_heads, self.head_dim), *self._rotary_rows(b0, b1, s0, s1))
 
     def _q(self, h: torch.Tensor, out: torch.Tensor, b0: int, b1: int, s0: int, s1: int) -> torch.Tensor:
         """Queries of rows h as (g, heads, p, head_dim), rotary applied."""
         q = linear.project(h, self.wq, self.bq, self.layout, out=out).view(b1 - b0, s1 - s0, self.heads, self.head_dim)
         if self.rotary is not None:
-            cos, sin = rotary_rows(self.rotary, b0, b1, s0, s1)
-            apply_rotary_(q, cos, sin)
+            apply_rotary_(q, *self._rotary_rows(b0, b1, s0, s1))
         return q.transpose(1, 2)
+
+    def _rotary_rows(self, b0: int, b1: int, s0: int, s1: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The panel's cos and signed sin (rotary.rotary_rows), made once for its K and its queries."""
+        if self._rotary_panel[0] != (b0, b1, s0, s1):
+            self._rotary_panel = ((b0, b1, s0, s1), rotary_rows(self.rotary, b0, b1, s0, s1))
+        return self._rotary_panel[1]
 
     def _mask_rows(self, b0: int, b1: int, s0: int, s1: int) -> torch.Tensor | None:
         m = self.mask
@@ -289,10 +298,12 @@ class _Block:
             per_sequence += 2 * kv_len * q_features  # the head-expanded K and V
         per_row = (self.d if self.norm is not None else 0) + 2 * q_features
         if self.rotary is not None:
-            per_row += q_features  # two half-size rotary temporaries
+            # The rotated copy of q (or k); the panel's signed sin (head_dim per row) fits in the
+            # attention output's share, which does not exist yet while rotary runs.
+            per_row += q_features
         per_row *= size
         lse_size = 8 if self.x.dtype == torch.float64 else 4
-        if self.x.device.type == "cuda":
+        if self.x.is_cuda:
             per_row += self.heads * lse_size  # the fused kernels' log-sum-exp per query row and head
         else:
             # Lower-right causal panels: a second partial output, two log-sum-exps and the merge weights
@@ -316,7 +327,7 @@ class _Block:
         over-estimates); a panel of few query rows launches too few CTAs to fill the GPU
         and the kernel splits the keys into float32 partial outputs (panels.FlashSplitKV).
         """
-        if self.x.device.type != "cuda" or torch.version.hip is not None:
+        if not self.x.is_cuda or torch.version.hip is not None:
             return None
         if self.x.dtype not in (torch.float16, torch.bfloat16) or self.mask is not None:
             return None

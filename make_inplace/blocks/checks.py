@@ -42,6 +42,29 @@ def check_operand(fn: str, name: str, t: object, x: torch.Tensor, shape: Sequenc
         raise ValueError(f"{fn}: {name} shares memory with x, which is overwritten; pass a separate tensor")
 
 
+def check_operands(fn: str, x: torch.Tensor, operands: Sequence[tuple[str, object, Sequence[int] | None, bool]]) -> None:
+    """:func:`check_operand` of each ``(name, t, shape, optional)``, in order.
+
+    The common case (a tensor of x's dtype and device, of the given shape, in
+    another storage) is one test, with x's attributes read once: these checks
+    run on every block call, ~14 per layer. Anything else takes check_operand,
+    which raises its error or passes (an empty tensor, a disjoint part of x's storage).
+    """
+    dtype, device = x.dtype, x.device
+    storage = x.untyped_storage().data_ptr()
+    for name, t, shape, optional in operands:
+        if t is None and optional:
+            continue
+        if not (
+            isinstance(t, torch.Tensor)
+            and t.dtype == dtype
+            and t.device == device
+            and (shape is None or t.shape == shape)
+            and t.untyped_storage().data_ptr() != storage
+        ):
+            check_operand(fn, name, t, x, shape, optional=optional)
+
+
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False

@@ -6,7 +6,7 @@ import torch
 
 from . import linear
 from .activation import activate, activate_, check_activation
-from .checks import check_operand, check_stream, wants_grad
+from .checks import check_operands, check_stream, wants_grad
 from .norm import Norm
 from .panels import check_workspace_bytes, mlp_panel_rows
 
@@ -77,22 +77,26 @@ def residual_mlp_(
     if not isinstance(fc1_weight, torch.Tensor) or fc1_weight.dim() != 2:
         raise TypeError(f"{_FN}: fc1_weight must be a 2-D torch.Tensor, got {_describe(fc1_weight)}")
     inner = linear.out_features(fc1_weight, weight_layout)
-    check_operand(_FN, "fc1_weight", fc1_weight, x, linear.shape(weight_layout, d, inner))
-    check_operand(_FN, "fc2_weight", fc2_weight, x, linear.shape(weight_layout, inner, d))
-    check_operand(_FN, "fc1_bias", fc1_bias, x, (inner,), optional=True)
-    check_operand(_FN, "fc2_bias", fc2_bias, x, (d,), optional=True)
-    check_operand(_FN, "gate_weight", gate_weight, x, linear.shape(weight_layout, d, inner), optional=True)
-    check_operand(_FN, "gate_bias", gate_bias, x, (inner,), optional=True)
+    up_shape = linear.shape(weight_layout, d, inner)
+    check_operands(_FN, x, (
+        ("fc1_weight", fc1_weight, up_shape, False),
+        ("fc2_weight", fc2_weight, linear.shape(weight_layout, inner, d), False),
+        ("fc1_bias", fc1_bias, (inner,), True),
+        ("fc2_bias", fc2_bias, (d,), True),
+        ("gate_weight", gate_weight, up_shape, True),
+        ("gate_bias", gate_bias, (inner,), True),
+    ))
     if gate_bias is not None and gate_weight is None:
         raise ValueError(f"{_FN}: gate_bias was given without gate_weight")
     for name, n in (("norm", norm), ("post_norm", post_norm)):
         if n is not None:
             Norm.check(n, _FN, name, x)
 
-    params = (fc1_weight, fc2_weight, fc1_bias, fc2_bias, gate_weight, gate_bias)
-    norm_params = tuple(t for n in (norm, post_norm) if n is not None for t in (n.weight, n.bias))
-    if wants_grad(x, *params, *norm_params):
-        return _reference(x, *params, activation, norm, post_norm, weight_layout)
+    if torch.is_grad_enabled():  # (gathering the tensors costs ~1 us, on every call otherwise)
+        params = (fc1_weight, fc2_weight, fc1_bias, fc2_bias, gate_weight, gate_bias)
+        norm_params = tuple(t for n in (norm, post_norm) if n is not None for t in (n.weight, n.bias))
+        if wants_grad(x, *params, *norm_params):
+            return _reference(x, *params, activation, norm, post_norm, weight_layout)
 
     rows_total = x.numel() // d if d else 0
     if rows_total == 0 or d == 0:
