@@ -31,14 +31,16 @@ class LayerMixin:
         past_key_values=None,
         **kwargs,
     ) -> torch.Tensor:
-        sa = self.attention.self
+        attention = common.child(self, "attention")
+        sa = common.child(attention, "self")
+        wq, bq = common.linear_params(common.child(sa, "query"))
         if (
             not inference_only(self, hidden_states)
             or encoder_hidden_states is not None
             or past_key_values is not None
             or kwargs.get("output_attentions")
-            or hidden_states.dtype != sa.query.weight.dtype
-            or hidden_states.device != sa.query.weight.device
+            or hidden_states.dtype != wq.dtype
+            or hidden_states.device != wq.device
         ):
             return super().forward(
                 hidden_states,
@@ -50,23 +52,25 @@ class LayerMixin:
             )
         x = writable(self, hidden_states)
         causal, mask, _ = common.attention_mode(attention_mask, x.shape[1], sa.is_causal)
-        out = self.attention.output
+        out = common.child(attention, "output")
+        wk, bk = common.linear_params(common.child(sa, "key"))
+        wv, bv = common.linear_params(common.child(sa, "value"))
+        wo, bo = common.linear_params(common.child(out, "dense"))
         residual_attention_(
-            x,
-            sa.query.weight, sa.key.weight, sa.value.weight, out.dense.weight,
-            sa.query.bias, sa.key.bias, sa.value.bias, out.dense.bias,
+            x, wq, wk, wv, wo, bq, bk, bv, bo,
             num_heads=sa.num_attention_heads,
-            post_norm=common.layer_norm(out.LayerNorm),
+            post_norm=common.layer_norm(common.child(out, "LayerNorm")),
             causal=causal,
             attn_mask=mask,
             scale=sa.scaling,
         )
+        intermediate, output = common.child(self, "intermediate"), common.child(self, "output")
+        w1, b1 = common.linear_params(common.child(intermediate, "dense"))
+        w2, b2 = common.linear_params(common.child(output, "dense"))
         residual_mlp_(
-            x,
-            self.intermediate.dense.weight, self.output.dense.weight,
-            self.intermediate.dense.bias, self.output.dense.bias,
-            activation=common.activation_name(self.intermediate.intermediate_act_fn),
-            post_norm=common.layer_norm(self.output.LayerNorm),
+            x, w1, w2, b1, b2,
+            activation=common.activation_name(common.child(intermediate, "intermediate_act_fn")),
+            post_norm=common.layer_norm(common.child(output, "LayerNorm")),
         )
         return x
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..ops.layer_norm import layer_norm_
+from ..ops.rms_norm import rms_norm_
 from . import common
 from .scope import inference_only, owned
 from .swap import class_for_pickle
@@ -19,29 +21,30 @@ RMS_NORMS = {
 class _FinalNorm:
     class_prefix = "InplaceFinal"
 
-    def _norm(self):
+    def _apply_(self, rows: torch.Tensor, weight: torch.Tensor) -> None:
         raise NotImplementedError
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        weight = common.param(self, "weight")
         if (
             not inference_only(self, hidden_states)
             or not owned(self, hidden_states)
-            or hidden_states.dtype != self.weight.dtype
-            or hidden_states.device != self.weight.device
+            or hidden_states.dtype != weight.dtype
+            or hidden_states.device != weight.device
         ):
             return super().forward(hidden_states)
-        self._norm().apply_(hidden_states.view(-1, hidden_states.shape[-1]))
+        self._apply_(hidden_states.view(-1, hidden_states.shape[-1]), weight)
         return hidden_states
 
 
 class FinalLayerNormMixin(_FinalNorm):
-    def _norm(self):
-        return common.layer_norm(self)
+    def _apply_(self, rows, weight):
+        layer_norm_(rows, rows.shape[-1], weight, common.param(self, "bias"), self.eps)
 
 
 class FinalRMSNormMixin(_FinalNorm):
-    def _norm(self):
-        return common.rms_norm(self)
+    def _apply_(self, rows, weight):
+        rms_norm_(rows, rows.shape[-1], weight, self.variance_epsilon)
 
 
 def layer_norm_obstacle(norm: nn.Module) -> str | None:

@@ -26,13 +26,14 @@ class BlockMixin:
         use_cache: bool | None = False,
         **kwargs,
     ) -> torch.Tensor:
-        attn = self.attn
+        attn = common.child(self, "attn")
+        w, b = common.linear_params(common.child(attn, "c_attn"))  # (d, 3d), (3d,): [q | k | v] columns
         if (
             not inference_only(self, hidden_states)
             or encoder_hidden_states is not None
             or kwargs.get("output_attentions")
-            or hidden_states.dtype != attn.c_attn.weight.dtype
-            or hidden_states.device != attn.c_attn.weight.device
+            or hidden_states.dtype != w.dtype
+            or hidden_states.device != w.device
         ):
             return super().forward(
                 hidden_states,
@@ -45,26 +46,27 @@ class BlockMixin:
             )
         x = writable(self, hidden_states)
         d = attn.embed_dim
-        w, b = attn.c_attn.weight, attn.c_attn.bias  # (d, 3d), (3d,): [q | k | v] columns
+        wo, bo = common.linear_params(common.child(attn, "c_proj"))
         causal, mask, crop_to = common.attention_mode(attention_mask, x.shape[1], attn.is_causal)
         residual_attention_(
             x,
-            w[:, :d], w[:, d : 2 * d], w[:, 2 * d :], attn.c_proj.weight,
-            b[:d], b[d : 2 * d], b[2 * d :], attn.c_proj.bias,
+            w[:, :d], w[:, d : 2 * d], w[:, 2 * d :], wo,
+            b[:d], b[d : 2 * d], b[2 * d :], bo,
             num_heads=attn.num_heads,
-            norm=common.layer_norm(self.ln_1),
+            norm=common.layer_norm(common.child(self, "ln_1")),
             causal=causal,
             attn_mask=mask,
             scale=attn.scaling,
             weight_layout="conv1d",
             kv_update=common.kv_update_for(past_key_values, attn.layer_idx, crop_to),
         )
-        mlp = self.mlp
+        mlp = common.child(self, "mlp")
+        w1, b1 = common.linear_params(common.child(mlp, "c_fc"))
+        w2, b2 = common.linear_params(common.child(mlp, "c_proj"))
         residual_mlp_(
-            x,
-            mlp.c_fc.weight, mlp.c_proj.weight, mlp.c_fc.bias, mlp.c_proj.bias,
-            activation=common.activation_name(mlp.act),
-            norm=common.layer_norm(self.ln_2),
+            x, w1, w2, b1, b2,
+            activation=common.activation_name(common.child(mlp, "act")),
+            norm=common.layer_norm(common.child(self, "ln_2")),
             weight_layout="conv1d",
         )
         return x

@@ -37,13 +37,15 @@ class DecoderLayerMixin:
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        attn = self.self_attn
+        attn = common.child(self, "self_attn")
+        q_proj = common.child(attn, "q_proj")
+        wq, bq = common.linear_params(q_proj)
         if (
             not inference_only(self, hidden_states)
             or position_embeddings is None
             or kwargs.get("output_attentions")
-            or hidden_states.dtype != attn.q_proj.weight.dtype
-            or hidden_states.device != attn.q_proj.weight.device
+            or hidden_states.dtype != wq.dtype
+            or hidden_states.device != wq.device
         ):
             return super().forward(
                 hidden_states,
@@ -57,27 +59,31 @@ class DecoderLayerMixin:
         x = writable(self, hidden_states)
         causal, mask, crop_to = common.attention_mode(attention_mask, x.shape[1], getattr(attn, "is_causal", True))
         head_dim = attn.head_dim
+        k_proj = common.child(attn, "k_proj")
+        wk, bk = common.linear_params(k_proj)
+        wv, bv = common.linear_params(common.child(attn, "v_proj"))
+        wo, bo = common.linear_params(common.child(attn, "o_proj"))
         residual_attention_(
-            x,
-            attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight,
-            attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias, attn.o_proj.bias,
-            num_heads=attn.q_proj.out_features // head_dim,
-            num_kv_heads=attn.k_proj.out_features // head_dim,
-            norm=common.rms_norm(self.input_layernorm),
+            x, wq, wk, wv, wo, bq, bk, bv, bo,
+            num_heads=q_proj.out_features // head_dim,
+            num_kv_heads=k_proj.out_features // head_dim,
+            norm=common.rms_norm(common.child(self, "input_layernorm")),
             causal=causal,
             attn_mask=mask,
             rotary=position_embeddings,
             scale=attn.scaling,
             kv_update=common.kv_update_for(past_key_values, attn.layer_idx, crop_to),
         )
-        mlp = self.mlp
+        mlp = common.child(self, "mlp")
+        w1, b1 = common.linear_params(common.child(mlp, "up_proj"))
+        w2, b2 = common.linear_params(common.child(mlp, "down_proj"))
+        wg, bg = common.linear_params(common.child(mlp, "gate_proj"))
         residual_mlp_(
-            x,
-            mlp.up_proj.weight, mlp.down_proj.weight, mlp.up_proj.bias, mlp.down_proj.bias,
-            activation=common.activation_name(mlp.act_fn),
-            gate_weight=mlp.gate_proj.weight,
-            gate_bias=mlp.gate_proj.bias,
-            norm=common.rms_norm(self.post_attention_layernorm),
+            x, w1, w2, b1, b2,
+            activation=common.activation_name(common.child(mlp, "act_fn")),
+            gate_weight=wg,
+            gate_bias=bg,
+            norm=common.rms_norm(common.child(self, "post_attention_layernorm")),
         )
         return x
 

@@ -12,6 +12,7 @@ states transformers is recording) is first copied once.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -80,13 +81,21 @@ def install_scope(base: nn.Module, token: Token) -> None:
         base.forward = ScopedForward(base)
 
 
-def recording() -> bool:
-    """Whether transformers is collecting hidden states or attentions of this forward."""
+@functools.cache
+def _active_collector() -> contextvars.ContextVar | None:
     try:
         from transformers.utils.output_capturing import _active_collector
-    except ImportError:  # other versions: assume it might
+    except ImportError:
+        return None
+    return _active_collector
+
+
+def recording() -> bool:
+    """Whether transformers is collecting hidden states or attentions of this forward."""
+    collector = _active_collector()
+    if collector is None:  # other versions: assume it might
         return True
-    return bool(_active_collector.get())
+    return bool(collector.get())
 
 
 def owned(module: nn.Module, x: torch.Tensor) -> bool:

@@ -18,33 +18,36 @@ class LayerMixin:
     """``x <- x + attn(ln_before(x)); x <- x + mlp(ln_after(x))`` in place."""
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
-        attn = self.attention
+        attn = common.child(self, "attention")
+        q_proj = common.child(attn, "q_proj")
+        wq, bq = common.linear_params(q_proj)
         if (
             not inference_only(self, hidden_states)
             or kwargs.get("output_attentions")
-            or hidden_states.dtype != attn.q_proj.weight.dtype
-            or hidden_states.device != attn.q_proj.weight.device
+            or hidden_states.dtype != wq.dtype
+            or hidden_states.device != wq.device
         ):
             return super().forward(hidden_states, attention_mask, **kwargs)
         x = writable(self, hidden_states)
         causal, mask, _ = common.attention_mode(attention_mask, x.shape[1], attn.is_causal)
-        head_dim = attn.head_dim
+        wk, bk = common.linear_params(common.child(attn, "k_proj"))
+        wv, bv = common.linear_params(common.child(attn, "v_proj"))
+        wo, bo = common.linear_params(common.child(attn, "o_proj"))
         residual_attention_(
-            x,
-            attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight,
-            attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias, attn.o_proj.bias,
-            num_heads=attn.q_proj.out_features // head_dim,
-            norm=common.layer_norm(self.layernorm_before),
+            x, wq, wk, wv, wo, bq, bk, bv, bo,
+            num_heads=q_proj.out_features // attn.head_dim,
+            norm=common.layer_norm(common.child(self, "layernorm_before")),
             causal=causal,
             attn_mask=mask,
             scale=attn.scaling,
         )
-        mlp = self.mlp
+        mlp = common.child(self, "mlp")
+        w1, b1 = common.linear_params(common.child(mlp, "fc1"))
+        w2, b2 = common.linear_params(common.child(mlp, "fc2"))
         residual_mlp_(
-            x,
-            mlp.fc1.weight, mlp.fc2.weight, mlp.fc1.bias, mlp.fc2.bias,
-            activation=common.activation_name(mlp.activation_fn),
-            norm=common.layer_norm(self.layernorm_after),
+            x, w1, w2, b1, b2,
+            activation=common.activation_name(common.child(mlp, "activation_fn")),
+            norm=common.layer_norm(common.child(self, "layernorm_after")),
         )
         return x
 
@@ -58,19 +61,21 @@ class EmbeddingsMixin:
         bool_masked_pos: torch.BoolTensor | None = None,
         interpolate_pos_encoding: bool = False,
     ) -> torch.Tensor:
-        proj = self.patch_embeddings.projection
+        patch_embeddings = common.child(self, "patch_embeddings")
+        proj = common.child(patch_embeddings, "projection")
+        weight = common.param(proj, "weight")
         if (
             not inference_only(self, pixel_values)
             or bool_masked_pos is not None
-            or pixel_values.dtype != proj.weight.dtype
-            or pixel_values.device != proj.weight.device
+            or pixel_values.dtype != weight.dtype
+            or pixel_values.device != weight.device
         ):
             return super().forward(pixel_values, bool_masked_pos=bool_masked_pos, interpolate_pos_encoding=interpolate_pos_encoding)
         batch, channels, height, width = pixel_values.shape
-        if channels != self.patch_embeddings.num_channels:
+        if channels != patch_embeddings.num_channels:
             raise ValueError(
                 "Make sure that the channel dimension of the pixel values match with the one set in the configuration."
-                f" Expected {self.patch_embeddings.num_channels} but got {channels}."
+                f" Expected {patch_embeddings.num_channels} but got {channels}."
             )
         if not interpolate_pos_encoding and (height != self.image_size[0] or width != self.image_size[1]):
             raise ValueError(
@@ -78,15 +83,46 @@ class EmbeddingsMixin:
             )
         ph, pw = proj.stride
         patches = (height // ph) * (width // pw)
-        d = self.cls_token.shape[-1]
-        x = pixel_values.new_empty(batch, patches + 1, d, dtype=self.cls_token.dtype)
-        x[:, 0] = self.cls_token[0, 0]
+        cls_token = common.param(self, "cls_token")
+        d = cls_token.shape[-1]
+        x = pixel_values.new_empty(batch, patches + 1, d, dtype=cls_token.dtype)
+        x[:, 0] = cls_token[0, 0]
         per_group = max(1, DEFAULT_MIN_ROWS // max(1, patches))
+        macs = min(per_group, batch) * patches * channels * ph * pw * d
+        small = pixel_values.is_cpu and macs <= _PATCH_GEMM_MAX_MACS and tuple(proj.dilation) == (1, 1)
+        patchify = _patch_gemm if small else _patch_conv
         for b0 in range(0, batch, per_group):
-            x[b0 : b0 + per_group, 1:] = proj(pixel_values[b0 : b0 + per_group]).flatten(2).transpose(1, 2)
-        positions = self.interpolate_pos_encoding(x, height, width) if interpolate_pos_encoding else self.position_embeddings
-        x.add_(positions)
+            x[b0 : b0 + per_group, 1:] = patchify(proj, weight, pixel_values[b0 : b0 + per_group])
+        if interpolate_pos_encoding:
+            x.add_(self.interpolate_pos_encoding(x, height, width))
+        else:
+            x.add_(common.param(self, "position_embeddings"))
         return x
+
+
+# Multiply-adds of a group of images below which the CPU patch embedding is one GEMM: there
+# oneDNN's per-call work dominates the convolution (a tiny model's embeddings took twice as
+# long); at ViT-B sizes the convolution is the faster one.
+_PATCH_GEMM_MAX_MACS = 1 << 22
+
+
+def _patch_conv(proj: nn.Conv2d, weight: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+    """The patch embeddings of ``pixels`` as (images, patches, d)."""
+    return proj(pixels).flatten(2).transpose(1, 2)
+
+
+def _patch_gemm(proj: nn.Conv2d, weight: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
+    """_patch_conv as one GEMM over the patches laid out as rows: the convolution is a
+    non-overlapping patchify (stride == kernel, no padding, no dilation)."""
+    images, channels, height, width = pixels.shape
+    ph, pw = proj.kernel_size
+    nh, nw = height // ph, width // pw
+    rows = (pixels[:, :, : nh * ph, : nw * pw].reshape(images, channels, nh, ph, nw, pw)
+            .permute(0, 2, 4, 1, 3, 5).reshape(images * nh * nw, channels * ph * pw))
+    rhs = weight.reshape(weight.shape[0], -1).t()
+    bias = common.param(proj, "bias")
+    out = torch.mm(rows, rhs) if bias is None else torch.addmm(bias, rows, rhs)
+    return out.view(images, nh * nw, -1)
 
 
 def layer_obstacle(layer: nn.Module) -> str | None:

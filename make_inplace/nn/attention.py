@@ -187,8 +187,12 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         if materialize:
             graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
             # Per-batch strided GEMMs (no copies of q, k, v) on CUDA; CPU BLAS is
-            # slow on these strides, so CPU takes torch.matmul's copies instead.
+            # slow on these strides, so CPU takes copies instead.
             strided = not graph and q.is_cuda
+            if not strided and q.shape == k.shape == v.shape:
+                # One copy of all three in (N, H, L, D) layout (where torch.matmul would make a copy
+                # of each, k's transposed), then GEMMs on contiguous heads, which CPU BLAS runs faster.
+                q, k, v = torch.stack((q, k, v)).unbind(0)
             scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
             del q, k
             probs = softmax_(scores, -1, scale=1.0 / math.sqrt(head_dim), causal=causal, mask=additive)
