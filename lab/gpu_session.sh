@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One batched GPU session on the device machine (torch 2.11 + CUDA 13.0, sm_90):
 # build in place, then the steps named as arguments, logs and JSON under $OUT.
-#   steps: tests[=PYTEST_K]  bench[=FILES]  main  sweep  budget  mindspore
+#   steps: tests[=PYTEST_K]  files=TEST_FILES (comma-separated)  bench[=FILES]  main  sweep  budget
+#          mindspore  multigpu (two GPUs or more: tests/test_multi_gpu.py, tests/test_distributed.py
+#          and benchmarks/distributed_memory.py)
 # Example: OUT=/tmp/out bash lab/gpu_session.sh tests bench main
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,20 +26,28 @@ else
 fi
 echo "built in $(( $(date +%s) - t0 )) s"
 status=0
+# One pytest process per file, so a crash in one cannot hide the others.
+run_test_files() {  # run_test_files PYTEST_K FILE...
+  local k=$1; shift
+  for f in "$@"; do
+    b=$(basename "$f" .py)
+    $py -m pytest "$f" -q -rfE -p no:cacheprovider ${k:+-k "$k"} --junitxml="$OUT/$b.xml" > "$OUT/$b.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$b rc=$rc: $(tail -n 1 "$OUT/$b.log")"
+    grep -E "^(FAILED|ERROR)|Fatal Python error|File \"/work" "$OUT/$b.log" | head -n 12
+  done
+}
 for step in "$@"; do
   name=${step%%=*}; arg=${step#*=}; [ "$arg" = "$step" ] && arg=""
   echo "=== $name $arg ($(date +%T))"
   case $name in
     tests)
-      # One pytest process per file, so a crash in one cannot hide the others.
-      for f in tests/test_*.py; do
-        [ "$f" = tests/test_build_routes.py ] && continue
-        b=$(basename "$f" .py)
-        $py -m pytest "$f" -q -rfE -p no:cacheprovider ${arg:+-k "$arg"} --junitxml="$OUT/$b.xml" > "$OUT/$b.log" 2>&1
-        rc=$?; [ $rc -ne 0 ] && status=1
-        echo "$b rc=$rc: $(tail -n 1 "$OUT/$b.log")"
-        grep -E "^(FAILED|ERROR)|Fatal Python error|File \"/work" "$OUT/$b.log" | head -n 12
-      done 2>&1 | tee "$OUT/tests.log" ;;
+      run_test_files "$arg" $(ls tests/test_*.py | grep -v test_build_routes.py) 2>&1 | tee -a "$OUT/tests.log" ;;
+    files)
+      run_test_files "" ${arg//,/ } 2>&1 | tee -a "$OUT/tests.log" ;;
+    multigpu)
+      run_test_files "" tests/test_multi_gpu.py tests/test_distributed.py 2>&1 | tee -a "$OUT/tests.log"
+      $py benchmarks/distributed_memory.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/distributed_memory.log" || status=1 ;;
     bench)
       # One process per file: tensors an earlier file's tests leave alive keep
       # allocator segments partly used, and later files' reserved peaks then
