@@ -55,10 +55,11 @@ def _on_cuda1_side_stream():
     torch.cuda.reset_peak_memory_stats(CUDA0)
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
-        with torch.cuda.stream(side):
-            assert torch.cuda.current_device() == 0 and torch.cuda.current_stream(CUDA1) == side
+        with torch.cuda.stream(side):  # (torch.cuda.set_stream also makes cuda:1 the current device)
             with torch.cuda.device(CUDA1):
                 torch.cuda._sleep(20_000_000)  # a launch on another stream would overtake it
+            torch.cuda.set_device(CUDA0)  # device 1's current stream stays `side`
+            assert torch.cuda.current_stream(CUDA1) == side
             yield side
             assert torch.cuda.current_device() == 0, "the call changed the current device"
         torch.cuda.current_stream(CUDA1).wait_stream(side)
