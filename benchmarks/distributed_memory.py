@@ -196,6 +196,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=tuple(SIZES), default="reference")
     parser.add_argument("--world", type=int, default=None, help="processes (default: every GPU; 2 on CPU)")
+    parser.add_argument("--commit", default="unknown", help="the library's commit, for the table's header")
     parser.add_argument("--points", nargs="+", metavar="KIND:WRAPPER:VARIANT", default=None,
                         help="only these points, e.g. train:fsdp2:converted (default: all)")
     args = parser.parse_args(argv)
@@ -215,7 +216,8 @@ def main(argv=None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (gloo; no memory figures)"
-    header = (f"# Peak memory per rank, {world} x {name}, torch {torch.__version__}, size {args.size}\n\n"
+    header = (f"# Peak memory per rank, {world} x {name}, torch {torch.__version__}, size {args.size}, "
+              f"make_inplace at {args.commit}\n\n"
               f"Written by benchmarks/distributed_memory.py. train: {SIZES[args.size]['encoder']} "
               f"(d, heads, MLP, layers, batch, sequence per rank); infer: Llama {SIZES[args.size]['hf']} "
               f"(size, batch, sequence per rank).")

@@ -47,7 +47,7 @@ for step in "$@"; do
       run_test_files "" ${arg//,/ } 2>&1 | tee -a "$OUT/tests.log" ;;
     multigpu)
       run_test_files "" tests/test_multi_gpu.py tests/test_distributed.py 2>&1 | tee -a "$OUT/tests.log"
-      $py benchmarks/distributed_memory.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/distributed_memory.log" || status=1 ;;
+      $py benchmarks/distributed_memory.py --out "$OUT" --commit "$commit" 2>&1 | grep -v Warning | tee "$OUT/distributed_memory.log" || status=1 ;;
     bench)
       # One process per file: tensors an earlier file's tests leave alive keep
       # allocator segments partly used, and later files' reserved peaks then
