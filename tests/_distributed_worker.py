@@ -55,7 +55,7 @@ def batch(rank: int, step: int, device: torch.device) -> tuple[torch.Tensor, tor
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
-    return (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu()
+    return (t.full_tensor() if isinstance(t, DTensor) else t).detach().to("cpu", copy=True)
 
 
 def ddp(model: nn.Module, device: torch.device) -> DistributedDataParallel:
