@@ -100,27 +100,17 @@ def test_case_on_cuda1(case):
 # ------------------------------------------------------- converted Hugging Face models
 
 
-def _hf(family: str):
-    transformers = pytest.importorskip("transformers")  # noqa: F841
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "vit"])
+def test_converted_hugging_face_model_on_cuda1(family, monkeypatch):
+    pytest.importorskip("transformers")
     from make_inplace.hf import models
+    from test_hf_convert import FAMILY_MODULE, _Spy
 
     reference = models.build(family, "tiny", dtype=torch.float32, device=CUDA1)
     inputs = models.make_inputs(family, reference, batch=3, seq_len=37, device=CUDA1)
-    return reference, inputs
-
-
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "vit"])
-def test_converted_hugging_face_model_on_cuda1(family, monkeypatch):
-    from make_inplace.hf import bert, gpt2, llama, models, vit
-
-    reference, inputs = _hf(family)
     model = make_inplace.convert_(copy.deepcopy(reference))
     assert model.make_inplace_report.replaced
-    calls = []
-    module = {"bert": bert, "gpt2": gpt2, "llama": llama, "vit": vit}[family]
-    for name in ("residual_attention_", "residual_mlp_"):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
+    spy = _Spy(monkeypatch, FAMILY_MODULE[family])
     with torch.no_grad():
         expected = models.output_of(reference(**inputs))
         written = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -129,7 +119,7 @@ def test_converted_hugging_face_model_on_cuda1(family, monkeypatch):
             for k, v in written.items():
                 fresh[k].copy_(v)
             got = models.output_of(model(**{**inputs, **fresh}))
-    assert len(calls) == 2 * reference.config.num_hidden_layers, calls  # every block ran in place
+    assert spy.calls == 2 * reference.config.num_hidden_layers  # every block ran in place
     assert got.device == CUDA1
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
 
