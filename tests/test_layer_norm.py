@@ -95,6 +95,32 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows, kind, offset):
     torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=tol, atol=tol)
 
 
+# Rows held in registers (16-byte vectors, up to 16384 columns): sub-warp,
+# warp and CTA-wide rows, 16-bit rows kept packed (32 elements per thread at
+# 1024 and 16384), each weight/bias kernel path, and rows far from zero for
+# the statistics taken about the row's first element.
+REGISTER_WIDTHS = [8, 32, 128, 1024, 4096, 16384]
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", REGISTER_WIDTHS)
+@pytest.mark.parametrize("kind", ["none", "weight", "bias", "affine"])
+@pytest.mark.parametrize("offset", [1.5, 1000.0])
+def test_cuda_register_rows_match_torch(dtype, width, kind, offset):
+    rows = 1000 if width <= 1024 else 70
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3 + offset
+    x[0] = offset  # a constant row: variance 0, every deviation from the first element 0
+    x[1, 0] += 40  # an outlier first element: the shift far from the mean
+    w, b = affine((width,), "cuda", dtype, kind)
+    expected = reference(x, (width,), w, b)
+    _, mean_ref, rstd_ref = torch.ops.aten.native_layer_norm(x.double(), [width], None, None, 1e-5)
+    mean, rstd = op.layer_norm_stats_(x, [width], w, b, 1e-5)
+    assert_close(x, expected, dtype)
+    torch.testing.assert_close(mean.double(), mean_ref.reshape(rows), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=1e-5, atol=1e-5)
+
+
 # Register rows (1024, 4096, 16384), staged rows of one CTA and of a 2-CTA
 # cluster (24576 to 98304) and two-pass rows (262144), in every order: a
 # kernel's launch limits must hold whatever widths ran before.

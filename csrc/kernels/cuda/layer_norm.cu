@@ -5,7 +5,8 @@
 // one read and one write per element, mean and variance in two passes over
 // the registers (no E[x^2] - E[x]^2 cancellation); 16-bit and float32 rows of
 // up to 32 elements per thread take layer_norm_rows_plain_kernel (each element
-// converted once, packed pairs). Longer rows: a CTA per row
+// converted once, packed pairs, statistics about the row's first element with
+// a corrected second pass where that loses accuracy). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
 // the write in the second; in place, no workspace. Rows of 32 KiB and more
 // that layer_norm_rows_plain_kernel cannot hold (16-byte aligned, sm_90:
@@ -35,6 +36,9 @@ constexpr int kLongThreads = 512;
 constexpr int kColTile = 32;    // columns per CTA in the grad_weight/bias sums
 constexpr int kColRows = 8;     // row lanes per CTA there
 constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
+// E[d]^2 / var above which the register kernel's shifted statistics take a
+// second pass: at 16 a float32 variance keeps ~17x its sums' rounding.
+constexpr float kShiftLimit = 16.0f;
 
 // Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
 template <typename T, int VEC, int NV>
@@ -106,9 +110,15 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 
 // layer_norm_rows_kernel on the fewest instructions (packed_rows.cuh), for
 // 16-byte vectors of a 16-bit type or float with at most 32 elements per
-// thread: each element is converted to float once and kept in registers for
-// the statistics and the write (at 32 16-bit elements, kept packed instead,
-// see below); the same corrected two-pass statistics.
+// thread: each element is converted to float once and kept in registers (at
+// 32 16-bit elements, kept packed instead, see below). The statistics are
+// taken in one pass over d = x - shift, shift being the row's first element,
+// so a row needs one two-value reduction where the corrected two-pass
+// statistics needed three, and the write is two FMAs: short rows were
+// issue-bound on that work (docs/rowwise_tuning.md). E[d^2] - E[d]^2 loses
+// relative accuracy as E[d]^2 / var grows (a first element far out in its
+// row); above kShiftLimit the row's warp (or CTA) takes the corrected second
+// pass about the shifted mean, which has no such loss.
 template <typename T, int NV>
 __global__ void __launch_bounds__(kOnChipMaxThreads)
     layer_norm_rows_plain_kernel(T* __restrict__ x, const T* __restrict__ w,
@@ -129,79 +139,96 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     const int col = (k * tpr + lane) * VEC;
     if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
   }
+  // Every thread of the row reads the first element itself: one cached load
+  // instead of a broadcast that would need shared memory for CTA-wide rows.
+  const float shift = to_acc(p[0]);
   // 32 elements of a 16-bit row per thread stay packed in buf as loaded and
-  // each pass unpacks them again: 16 words instead of 32 floats keep the
+  // the write pass unpacks them again: 16 words instead of 32 floats keep the
   // registers from limiting occupancy (docs/rowwise_tuning.md).
   constexpr bool PACKED = sizeof(T) == 2 && NV * F == 32;
-  float v[PACKED ? 1 : NV][F];
-  const auto values = [&](int k, float* f) {
+  float d[PACKED ? 1 : NV][F];
+  const auto deviations = [&](int k, float* f) {
     if constexpr (PACKED) {
       unpack_vector<T>(buf[k], f);
+#pragma unroll
+      for (int e = 0; e < F; ++e) f[e] -= shift;
     } else {
 #pragma unroll
-      for (int e = 0; e < F; ++e) f[e] = v[k][e];
+      for (int e = 0; e < F; ++e) f[e] = d[k][e];
     }
   };
-  float sum = 0;
+  float s1 = 0, s2 = 0;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
     if (col < end) {
       float f[F];
       unpack_vector<T>(buf[k], f);
-      if constexpr (!PACKED) {
-#pragma unroll
-        for (int e = 0; e < F; ++e) v[k][e] = f[e];
-      }
-#pragma unroll
-      for (int e = 0; e < F; ++e) sum += f[e];
-    }
-  }
-  // Multiplies by 1/n: three IEEE divisions per row cost several
-  // instructions per element at 128 columns.
-  const float rough_mean = group_reduce(sum, tpr, 0.0f, scratch, SumOp{}) * inv_n;
-  float sq = 0, dev = 0;
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int col = (k * tpr + lane) * VEC;
-    if (col < end) {
-      float f[F];
-      values(k, f);
 #pragma unroll
       for (int e = 0; e < F; ++e) {
-        const float d = f[e] - rough_mean;  // exact for close operands
-        sq += d * d;
-        dev += d;
+        f[e] -= shift;
+        if constexpr (!PACKED) d[k][e] = f[e];
+        s1 += f[e];
+        s2 += f[e] * f[e];
       }
     }
   }
-  group_sum2(dev, sq, tpr, scratch);
-  const float dev_mean = dev * inv_n;
-  const float var = sq * inv_n - dev_mean * dev_mean;
-  const float rstd = rsqrtf(var + eps);
+  group_sum2(s1, s2, tpr, scratch);
+  // Multiplies by 1/n: IEEE divisions per row cost several instructions per
+  // element at 128 columns.
+  const float m = s1 * inv_n;  // mean of d, rounded
+  float var = s2 * inv_n - m * m;
+  float dm = 0;  // what m's rounding left in the mean of d - m
+  // Uniform over the warp (rows of a sub-warp share its shuffles) or, for a
+  // row of a whole CTA, over the CTA (every thread holds the row's sums).
+  const bool far = m * m > kShiftLimit * var;
+  if (tpr > 32 ? far : __any_sync(0xffffffffu, far)) {
+    float sq = 0, dev = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int col = (k * tpr + lane) * VEC;
+      if (col < end) {
+        float f[F];
+        deviations(k, f);
+#pragma unroll
+        for (int e = 0; e < F; ++e) {
+          const float c = f[e] - m;
+          sq = fmaf(c, c, sq);
+          dev += c;
+        }
+      }
+    }
+    group_sum2(dev, sq, tpr, scratch);
+    dm = dev * inv_n;
+    var = sq * inv_n - dm * dm;
+  }
+  const float rstd = rsqrtf(fmaxf(var, 0.0f) + eps);
+  const float offset = -dm * rstd;  // y = (d - m) * rstd + offset, then * w + b
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
     if (col < end) {
       float f[F], wf[F], bf[F];
-      values(k, f);
-      V wv, bv;
-      if (w != nullptr) wv = *reinterpret_cast<const V*>(w + col);
-      if (b != nullptr) bv = *reinterpret_cast<const V*>(b + col);
-      if (w != nullptr) unpack_vector<T>(wv, wf);
-      if (b != nullptr) unpack_vector<T>(bv, bf);
+      deviations(k, f);
+      if (w != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(w + col), wf);
+      if (b != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(b + col), bf);
 #pragma unroll
       for (int e = 0; e < F; ++e) {
-        float y = ((f[e] - rough_mean) - dev_mean) * rstd;
-        if (w != nullptr) y *= wf[e];
-        if (b != nullptr) y += bf[e];
+        float y = fmaf(f[e] - m, rstd, offset);
+        if (w != nullptr && b != nullptr) {
+          y = fmaf(y, wf[e], bf[e]);
+        } else if (w != nullptr) {
+          y *= wf[e];
+        } else if (b != nullptr) {
+          y += bf[e];
+        }
         f[e] = y;
       }
       store_vec(p + col, pack_vector<T, V>(f));
     }
   }
   if (active && lane == 0) {
-    if (mean_out != nullptr) mean_out[row] = rough_mean + dev_mean;
+    if (mean_out != nullptr) mean_out[row] = shift + (m + dm);
     if (rstd_out != nullptr) rstd_out[row] = rstd;
   }
 }
