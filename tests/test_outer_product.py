@@ -310,6 +310,31 @@ def test_cuda_many_items_wide_rows(dtype, m):
 
 
 
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch,n,m", [(70, 101, 1288), (40, 257, 2048), (100, 1, 4096)])
+def test_cuda_few_items_wide_rows(dtype, batch, n, m):
+    # Fewer batch items than twice the SMs, rows too wide for one strip: on
+    # sm_90 a cluster of CTAs shares each item (strips split unevenly at 1288
+    # columns; row counts that do not divide among the CTAs) and adds up the
+    # row sums through distributed shared memory; elsewhere grad_out is read
+    # twice. Same results either way, accumulate too.
+    a, b = make((batch, n), dtype, "cuda"), make((batch, m), dtype, "cuda")
+    grad_out = make((batch, n, m), dtype, "cuda")
+    grad_a, grad_b = torch.full_like(a, float("nan")), torch.full_like(b, float("nan"))
+    make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b)
+    ref_a, ref_b = reference_grads(grad_out, a, b)
+    close(grad_a, ref_a, dtype, scale=m**0.5)
+    close(grad_b, ref_b, dtype, scale=n**0.5)
+    a0, b0 = grad_a.clone(), grad_b.clone()
+    make_inplace.outer_product_backward(grad_out, a, b, grad_a=grad_a, grad_b=grad_b, accumulate=True)
+    close(grad_a, a0.double() + ref_a, dtype, scale=2 * m**0.5)
+    close(grad_b, b0.double() + ref_b, dtype, scale=2 * n**0.5)
+    again_a, again_b = torch.empty_like(a), torch.empty_like(b)
+    make_inplace.outer_product_backward(grad_out, a, b, grad_a=again_a, grad_b=again_b)
+    assert torch.equal(again_a, a0) and torch.equal(again_b, b0), "not deterministic"
+
+
 # Inputs on `device`, one argument on `other`: a real device pair, and on CPU a meta mix.
 # (ids: the GPU run deselects "cpu" ids with -k "not cpu".)
 @pytest.mark.parametrize("device,other", [pytest.param("cuda", "cpu", marks=CUDA, id="cuda"),

@@ -12,10 +12,20 @@
 // combine them in shared memory at the end (no atomics, deterministic). When
 // the strip spans the whole row (m <= 32 lanes x 4 packs), the same sweep also
 // forms the row sums for grad_a with a shuffle-reduce across the lanes, so
-// grad_out is read once. Wider rows take grad_a from a separate row-reduction
-// kernel (a group of lanes per row), which reads grad_out a second time.
+// grad_out is read once. Wider rows are swept by one block per item, strip
+// after strip, with the row sums in shared memory; on sm_90, when the items
+// are too few to fill the GPU, by a cluster of blocks per item whose row sums
+// meet in distributed shared memory. Otherwise grad_a comes from a separate
+// row-reduction kernel (a group of lanes per row), which reads grad_out a
+// second time.
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
+#include "make_inplace/kernels/packed_rows.cuh"
+#include "make_inplace/kernels/sm90_sync.cuh"
+
+#include <atomic>
+#include <mutex>
+#include <vector>
 
 namespace make_inplace::kernels {
 namespace {
@@ -44,6 +54,19 @@ struct RowCursor {
 template <typename T>
 __device__ __forceinline__ void store_result(T* dst, acc_t<T> value, bool accumulate) {
   *dst = from_acc<T>(accumulate ? to_acc(*dst) + value : value);
+}
+
+// The V elements of a pack in the accumulation type; 16-byte packs of a
+// 16-bit type as word pairs (packed_rows.cuh): elementwise bf16 conversions
+// held 80 registers where the pairs need 64, a CTA an SM fewer.
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const Pack<T, V>& pack, acc_t<T>* out) {
+  if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
+    rowwise::unpack_vector<T>(pack, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = to_acc(pack.v[e]);
+  }
 }
 
 // Each row group writes kRowsPerGroup consecutive rows (flat (s, i) order),
@@ -137,6 +160,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Rows a row-group sweeps before their sums are reduced across its lanes.
+constexpr int kRowBlock = 8;
+
+// v[k] summed over the 32 lanes of the warp, lane k (< kRowBlock) getting
+// row k's sum: a transposing reduction, each exchange halving the values a
+// lane holds (4 + 2 + 1 shuffles, then 2 for lanes 8-31), where a warp
+// reduction per row took 5 shuffles a row and kept the memory system idle.
+template <typename A, int K>
+__device__ __forceinline__ A warp_transpose_sum(const A (&v)[K], int lane) {
+  if constexpr (K != kRowBlock) {
+    return v[0];  // never called: the caller takes per-row sums instead
+  } else {
+  static_assert(kRowBlock == 8, "three halving exchanges");
+  A w[4], z[2];
+  const bool h4 = lane & 4, h2 = lane & 2, h1 = lane & 1;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // Keep the half of the values this lane's bit selects, send the other.
+    const A keep = h4 ? v[j + 4] : v[j], send = h4 ? v[j] : v[j + 4];
+    w[j] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const A keep = h2 ? w[j + 2] : w[j], send = h2 ? w[j] : w[j + 2];
+    z[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+  const A keep = h1 ? z[1] : z[0], send = h1 ? z[0] : z[1];
+  A r = keep + __shfl_xor_sync(0xffffffffu, send, 1);  // value lane & 7, over lanes differing in bits 0-2
+  r += __shfl_xor_sync(0xffffffffu, r, 8);
+  r += __shfl_xor_sync(0xffffffffu, r, 16);
+  return r;
+  }
+}
+
+// The row sums of a cluster's CTAs added up: CTA `rank` sums its share of
+// the rows over every CTA's row_acc (distributed shared memory) and writes
+// them. The barrier before lets every partial land; the one after keeps
+// each CTA's row_acc alive, unchanged, until its peers have read it.
+template <typename T>
+__device__ __forceinline__ void cluster_row_sums(const float* row_acc, T* grad_a, int64_t n,
+                                                 int split, int rank, int tid, bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  sm90::cluster_sync();
+  const int64_t share = (n + split - 1) / split;
+  const int64_t end = min(n, (rank + 1) * share);
+  const uint32_t local = sm90::shared_address(row_acc);
+  for (int64_t i = rank * share + tid; i < end; i += kThreads) {
+    float sum = 0;
+    for (int q = 0; q < split; ++q) {
+      uint32_t remote;
+      float v;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local + static_cast<uint32_t>(i * 4)), "r"(q));
+      asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+      sum += v;
+    }
+    store_result(grad_a + i, sum, accumulate);
+  }
+  sm90::cluster_sync();
+#endif
+}
+
 // grad_b (and, when grad_a is non-null, grad_a). blockDim = (tx, ty), tx a
 // power of two <= 32; each lane holds P packs of a strip: columns
 // (strip * P + p) * tx + threadIdx.x. A block iteration takes
@@ -146,14 +230,27 @@ __global__ void __launch_bounds__(kThreads)
 //    sums then build up across strips in dynamic shared memory (n entries).
 // Either way each row's sum is owned by one thread (x == 0 of row-group
 // i % ty) and each column's by one strip pass: deterministic, no atomics.
+// With whole_items and a cluster of `split` CTAs (sm_90), the cluster shares
+// an item: CTA r sweeps strips r, r + split, ... and the row sums of the
+// CTAs meet through distributed shared memory, so few batch items still
+// fill the GPU with one read of grad_out.
+// One pack a lane (P = 1) reads kSweepRows(T) rows a step and keeps
+// kSweepCtas(T) CTAs an SM, the best pair of a sweep on an H200 (16-bit
+// (64, 4096, 4096): 8 rows and 2 CTAs ran at 2.1-2.2 TB/s where 4 and 3 ran
+// at 1.7; float32: 4 and 3 at 3.5 TB/s, lab/probe_outer_product_backward.cu).
+template <typename T>
+constexpr int kSweepRows = sizeof(T) == 2 ? 8 : 4;
+template <typename T>
+constexpr int kSweepCtas = sizeof(T) == 2 ? 2 : 3;
+
 template <typename T, int V, int P>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
     outer_cols_kernel(const T* __restrict__ g, int64_t gs0, int64_t gs1, int64_t gs2,
                       const T* __restrict__ a, int64_t as0, int64_t as1,
                       const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
                       T* __restrict__ grad_a, T* __restrict__ grad_b, int64_t batch,
                       int64_t n, int64_t m, int64_t strips, bool whole_items,
-                      bool accumulate) {
+                      int split, bool accumulate) {
   using A = acc_t<T>;
   __shared__ A partial[kThreads * P * V];
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
@@ -165,16 +262,20 @@ __global__ void __launch_bounds__(kThreads)
   const bool with_a = grad_a != nullptr;
   const bool rows_in_smem = with_a && whole_items;
   const int64_t units = whole_items ? batch : batch * strips;
-  for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+  // A cluster's CTAs take the same units; rank r the strips r + k * split.
+  const int rank = split > 1 ? static_cast<int>(blockIdx.x % split) : 0;
+  for (int64_t unit = blockIdx.x / split; unit < units; unit += gridDim.x / split) {
     const int64_t s = whole_items ? unit : unit / strips;
-    const int64_t strip_begin = whole_items ? 0 : unit - s * strips;
+    const int64_t strip_begin = whole_items ? rank : unit - s * strips;
     const int64_t strip_end = whole_items ? strips : strip_begin + 1;
     const T* a_row = a + s * as0;
     const T* b_row = b + s * bs0;
     if (rows_in_smem && x == 0) {
       for (int64_t i = y; i < n; i += ty) row_acc[i] = 0;
     }
-    for (int64_t strip = strip_begin; strip < strip_end; ++strip) {
+    // A row's sum is added by the lane warp_transpose_sum leaves it on.
+    if (rows_in_smem) __syncthreads();
+    for (int64_t strip = strip_begin; strip < strip_end; strip += split) {
       const int64_t first_pack = strip * P * tx + x;
       Pack<T, V> bv[P];
       if (with_a) {
@@ -185,37 +286,76 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       A col[P][V] = {};
+      // U rows per row-group and iteration, their loads issued before any
+      // use: U * P packs in flight per thread (one pack of one row left the
+      // memory system idle, 43-53% of the copy bandwidth on an H200).
+      constexpr int U = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
       // i0 advances identically for every thread, so the shuffles below are
-      // reached by whole warps.
-      for (int64_t i0 = 0; i0 < n; i0 += ty) {
-        const int64_t i = i0 + y;
-        const bool valid = i < n;
-        A row_sum = 0;
-        if (valid) {
-          const A ai = to_acc(a_row[i * as1]);
-          const T* g_row = g + s * gs0 + i * gs1;
+      // reached by whole warps. A block of kRowBlock rows per row-group
+      // before the row sums are reduced (see reduce_rows).
+      // One pack a lane (the wide rows) takes blocks of kRowBlock rows for
+      // warp_transpose_sum; more packs a lane have fewer rows to sum.
+      constexpr int RB = P == 1 ? kRowBlock : U;
+      for (int64_t i0 = 0; i0 < n; i0 += RB * ty) {
+        A row_sum[RB];
 #pragma unroll
-          for (int p = 0; p < P; ++p) {
-            const int64_t c = first_pack + p * tx;
-            if (c < packs) {
-              const Pack<T, V> gv = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+        for (int t = 0; t < RB; t += U) {
+          Pack<T, V> gv[U][P];
+          A ai[U];
 #pragma unroll
-              for (int e = 0; e < V; ++e) {
-                const A ge = to_acc(gv.v[e]);
-                col[p][e] += ge * ai;
-                if (with_a) row_sum += ge * to_acc(bv[p].v[e]);
+          for (int u = 0; u < U; ++u) {
+            const int64_t i = i0 + (t + u) * ty + y;
+            if (i < n) {
+              ai[u] = to_acc(a_row[i * as1]);
+              const T* g_row = g + s * gs0 + i * gs1;
+#pragma unroll
+              for (int p = 0; p < P; ++p) {
+                const int64_t c = first_pack + p * tx;
+                if (c < packs) gv[u][p] = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+              }
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            row_sum[t + u] = 0;
+            if (i0 + (t + u) * ty + y < n) {
+#pragma unroll
+              for (int p = 0; p < P; ++p) {
+                const int64_t c = first_pack + p * tx;
+                if (c < packs) {
+                  A ge[V], be[V];
+                  unpack(gv[u][p], ge);
+                  if (with_a) unpack(bv[p], be);
+#pragma unroll
+                  for (int e = 0; e < V; ++e) {
+                    col[p][e] += ge[e] * ai[u];
+                    if (with_a) row_sum[t + u] += ge[e] * be[e];
+                  }
+                }
               }
             }
           }
         }
         if (with_a) {
-          // The tx lanes of a row are consecutive threads of one warp.
-          row_sum = group_sum(row_sum, tx);
-          if (valid && x == 0) {
+          const auto add_row = [&](int64_t i, A v) {
             if (rows_in_smem) {
-              row_acc[i] += row_sum;
+              row_acc[i] += v;
             } else {
-              store_result(grad_a + s * n + i, row_sum, accumulate);
+              store_result(grad_a + s * n + i, v, accumulate);
+            }
+          };
+          if (RB == kRowBlock && tx == 32) {
+            // Lane k < kRowBlock gets row i0 + k * ty + y.
+            const A sum = warp_transpose_sum(row_sum, x);
+            const int64_t i = i0 + x * ty + y;
+            if (x < kRowBlock && i < n) add_row(i, sum);
+          } else {
+#pragma unroll
+            for (int k = 0; k < RB; ++k) {
+              const int64_t i = i0 + k * ty + y;
+              // The tx lanes of a row are consecutive threads of one warp.
+              const A sum = group_sum(row_sum[k], tx);
+              if (x == 0 && i < n) add_row(i, sum);
             }
           }
         }
@@ -255,9 +395,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    if (rows_in_smem && x == 0) {
-      // Each row's owner thread wrote every partial of it: no barrier needed.
+    if (rows_in_smem && split == 1 && x == 0) {
+      // The barriers of the strips' column sums followed the last additions.
       for (int64_t i = y; i < n; i += ty) store_result(grad_a + s * n + i, row_acc[i], accumulate);
+    }
+    if (rows_in_smem && split > 1) {
+      if constexpr (sizeof(A) == 4) cluster_row_sums(row_acc, grad_a + s * n, n, split, rank, tid, accumulate);
     }
   }
 }
@@ -277,6 +420,68 @@ dim3 block_for(int64_t packs) {
 
 // The widest strip (in packs per lane) that still lets one block own whole rows.
 constexpr int kMaxPacksPerLane = 4;
+
+// The compute capability's major number of the current device (0 if it
+// cannot be read), looked up once per device.
+int compute_major() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> majors[kMaxDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  int major = majors[device].load(std::memory_order_relaxed);
+  if (major == 0 && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess) {
+    majors[device].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
+
+// Whether a cluster of `split` CTAs per batch item suits the whole-item
+// sweep: the items alone do not fill the GPU (two CTAs an SM), the clusters
+// nearly do (a CTA on 7 SMs in 8) and all run at once (`active`: clusters that fit the GPU
+// together; a second wave for a few of them doubled the time), and every CTA
+// gets a strip. Clusters and their shared memory need sm_90; float64 row
+// sums stay out of them.
+bool split_suits(int64_t batch, int64_t strips, int sms, int major, bool fp64, int split, int active) {
+  if (batch >= 2 * int64_t{sms} || major < 9 || fp64) return false;
+  return split <= strips && batch * split >= sms - sms / 8 && batch <= active;
+}
+
+// Clusters of `split` CTAs of the whole-item sweep that fit the current
+// device at once, looked up once per (device, kernel, split).
+template <typename Kernel>
+int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
+  struct Known {
+    const void* kernel;
+    int device, split, clusters;
+  };
+  static std::mutex mutex;
+  static std::vector<Known> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Known& k : known) {
+    if (k.kernel == key && k.device == device && k.split == split) return k.clusters;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(split));
+  config.blockDim = block;
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(split);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind: the caller falls back
+    clusters = 0;
+  }
+  known.push_back({key, device, split, clusters});
+  return clusters;
+}
 
 // Row sums kept in dynamic shared memory by the whole-item sweep: within the
 // default 48 KiB per block next to the static `partial` array (8 KiB at P = 1).
@@ -346,7 +551,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
           constexpr int P = decltype(p_tag)::value;
           outer_cols_kernel<T, W, P><<<grid_for(batch, 1), block, 0, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
-              b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, accumulate);
+              b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, 1, accumulate);
           return cudaGetLastError();
         };
         static_assert(kMaxPacksPerLane == 4, "the fused launch picks P in {1, 2, 4}");
@@ -356,14 +561,47 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       }
       const int64_t strips = (packs + block.x - 1) / block.x;
       const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
-      if (ga != nullptr && gb != nullptr && m > 0 && batch >= 2 * sm_count() &&
-          row_bytes <= kMaxRowSumBytes) {
-        // Enough batch items to fill the GPU with one block each: a block
-        // sweeps its item strip by strip and still reads grad_out once.
-        outer_cols_kernel<T, W, 1><<<grid_for(batch, 1), block, row_bytes, stream>>>(
-            g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
-            b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, accumulate);
-        return cudaGetLastError();
+      const int sms = sm_count();
+      const auto kernel = outer_cols_kernel<T, W, 1>;
+      const bool sweep = ga != nullptr && gb != nullptr && m > 0 && row_bytes <= kMaxRowSumBytes;
+      int split = 1;
+      if (sweep && batch < 2 * int64_t{sms}) {
+        // The largest cluster that suits (8, the portable size, down to 2).
+        const int major = compute_major();
+        split = 0;
+        for (int c = 8; c >= 2 && split == 0; c /= 2) {
+          if (split_suits(batch, strips, sms, major, sizeof(T) == 8, c, 1 << 30) &&
+              split_suits(batch, strips, sms, major, sizeof(T) == 8, c,
+                          active_clusters(kernel, block, row_bytes, c))) {
+            split = c;
+          }
+        }
+      }
+      if (sweep && split > 0) {
+        // Enough batch items (or items shared by a cluster) to fill the GPU:
+        // a block sweeps its item strip by strip and still reads grad_out once.
+        if (split == 1) {
+          kernel<<<grid_for(batch, 1), block, row_bytes, stream>>>(
+              g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
+              b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, 1, accumulate);
+          return cudaGetLastError();
+        }
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>(
+            std::min<int64_t>(batch, std::max<int64_t>(1, 8 * int64_t{sms} / split)) * split));
+        config.blockDim = block;
+        config.dynamicSmemBytes = static_cast<size_t>(row_bytes);
+        config.stream = stream;
+        cudaLaunchAttribute cluster;
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = static_cast<unsigned>(split);
+        cluster.val.clusterDim.y = 1;
+        cluster.val.clusterDim.z = 1;
+        config.attrs = &cluster;
+        config.numAttrs = 1;
+        return cudaLaunchKernelEx(&config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
+                                  a.stride[1], bp, b.stride[0], b.stride[1], b_packed, ga, gb,
+                                  batch, n, m, strips, true, split, accumulate);
       }
       // Otherwise parallelism needs strips of one item on several blocks, and
       // grad_a (a sum across strips) comes from the row kernel: grad_out is
@@ -380,7 +618,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       if (gb != nullptr && m > 0) {
         outer_cols_kernel<T, W, 1><<<grid_for(batch * strips, 1), block, 0, stream>>>(
             g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
-            b.stride[1], b_packed, nullptr, gb, batch, n, m, strips, false, accumulate);
+            b.stride[1], b_packed, nullptr, gb, batch, n, m, strips, false, 1, accumulate);
       }
       return cudaGetLastError();
     };
