@@ -436,6 +436,8 @@ def build_cases() -> list[Case]:
         _outer_case("outer_product-autograd", (4,), 100, 70, F32, grad=True),
         _outer_backward_case("outer_product_backward", (8,), 300, 200, F32),
         _outer_backward_case("outer_product_backward-accumulate", (3,), 1025, 7, BF16, accumulate=True),
+        # Few items, wide rows: on sm_90 a cluster of CTAs per item.
+        _outer_backward_case("outer_product_backward-clusters", (70,), 101, 1288, BF16),
         # Modules, inference and training.
         _module_case("InplaceSoftmax", lambda: (InplaceSoftmax(-1), nn.Softmax(-1)), (64, 1024), BF16),
         _module_case("InplaceLayerNorm", lambda: _layer_norm_pair(1024), (64, 1024), BF16),
