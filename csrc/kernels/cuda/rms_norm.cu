@@ -5,8 +5,11 @@
 // 16-byte vectors (16-bit and float32 rows of up to 32 elements per thread
 // take rms_norm_rows_plain_kernel): one read and one write per element, the sum of squares
 // accumulated in float (double for float64) and reduced over the row's
-// threads. Longer rows: a CTA per row in two passes over global memory (sum
-// of squares, then the write); in place, no workspace. RMS has no mean, so
+// threads. 16-bit and float32 rows of 32 KiB and more that the fast path
+// cannot hold (sm_90) are staged through a ring of shared-memory slots
+// (staged_rows.cuh), split over a 2-CTA cluster where layer_norm_'s are.
+// Other long rows: a CTA per row in two passes over global memory (sum of
+// squares, then the write); in place, no workspace. RMS has no mean, so
 // the one-pass sum of squares loses nothing to cancellation.
 // Backward: grad_input row by row in two passes (the row sum of g * x_hat,
 // then the write); grad_weight as column sums over row chunks into a
@@ -14,6 +17,7 @@
 #include "make_inplace/kernels/rms_norm.h"
 #include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
+#include "make_inplace/kernels/staged_rows.cuh"
 
 #include <algorithm>
 
@@ -175,6 +179,71 @@ __global__ void __launch_bounds__(kLongThreads)
   if (threadIdx.x == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
 }
 
+// Rows staged in shared memory (staged_rows.cuh), 16-bit types and float:
+// the sum of squares as the pieces land, then the write pass from the slots;
+// no second read of global memory. A row too long for one ring, or of four
+// or more slots whose halves fit one, is split over a 2-CTA cluster whose
+// halves' sums meet through distributed shared memory (the plans of
+// layer_norm_'s staged kernel). Whether w is given is a template parameter.
+template <typename T, bool HAS_W>
+__global__ void __launch_bounds__(staged::kMaxThreads)
+    rms_norm_staged_kernel(T* __restrict__ x, const T* __restrict__ w, int64_t rows, int64_t n,
+                           float inv_n, float eps, float* __restrict__ rstd_out, staged::Plan plan) {
+#ifdef MAKE_INPLACE_STAGED_ROWS
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int F = kFloatsPerVector<T>;
+  using V = Vec<T, VEC>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float scratch[32];
+  __shared__ staged::PairExchange exchange;  // split rows only
+  int round = 0;
+  const staged::Share share = staged::share_of(plan);
+  const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
+  staged::RowRing<T> ring(smem, x, rows, n, plan, share);
+  ring.start();
+  const int step = static_cast<int>(blockDim.x) * VEC;
+  const T* wp = HAS_W ? w + part_base : nullptr;
+  for (int64_t li = 0; cluster + li * clusters < rows; ++li) {
+    const int64_t row = cluster + li * clusters;
+    float sq = 0;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.wait(li, j);
+      const int count = ring.piece_elems(j);
+#pragma unroll 2
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        float f[F];
+        unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+#pragma unroll
+        for (int e = 0; e < F; ++e) sq = fmaf(f[e], f[e], sq);
+      }
+    }
+    sq = group_reduce(sq, static_cast<int>(blockDim.x), 0.0f, scratch, SumOp{});
+    if (plan.split == 2) sq = staged::pair_reduce(sq, &exchange, &round, SumOp{});
+    const float rstd = rsqrtf(sq * inv_n + eps);
+    T* out = x + row * n + part_base;
+    for (int j = 0; j < plan.pieces; ++j) {
+      const T* piece = ring.landed(li, j);
+      const int64_t base = static_cast<int64_t>(j) * plan.slot_elems;
+      const int count = ring.piece_elems(j);
+#pragma unroll 2
+      for (int c = static_cast<int>(threadIdx.x) * VEC; c < count; c += step) {
+        float f[F], wf[F];
+        unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
+        if constexpr (HAS_W) unpack_vector<T>(*reinterpret_cast<const V*>(wp + base + c), wf);
+#pragma unroll
+        for (int e = 0; e < F; ++e) {
+          f[e] *= rstd;
+          if constexpr (HAS_W) f[e] *= wf[e];
+        }
+        store_vec(out + base + c, pack_vector<T, V>(f));
+      }
+    }
+    if (threadIdx.x == 0 && part_base == 0 && rstd_out != nullptr) rstd_out[row] = rstd;
+    ring.release(li);
+  }
+#endif
+}
+
 // x_hat rebuilt from the output: y / w, |w| clamped up to kRmsNormWeightClamp (see rms_norm.h).
 template <typename A>
 __device__ __forceinline__ A clamp_weight(A w) {
@@ -306,13 +375,34 @@ bool forward_plain(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_
   }
 }
 
+// The staged plan for rows the register fast path cannot hold: layer_norm_'s
+// (rows too long for one ring, and rows of four or more slots whose halves
+// fit one, split over a 2-CTA cluster; 1024 threads from four slots).
+inline bool forward_staged_plan(int64_t n, int elem, staged::Plan* plan) {
+  if (!staged::plan_rows(n, elem, true, plan)) return false;
+  staged::Plan halves;
+  if (plan->split == 1 && plan->pieces >= 4 && staged::plan_halves(n, elem, &halves)) *plan = halves;
+  if (plan->pieces >= 4) plan->threads = staged::kMaxThreads;
+  return true;
+}
+
 template <typename T, int VEC>
 cudaError_t forward_vec(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_t<T>* rstd,
                         cudaStream_t stream) {
   using A = acc_t<T>;
-  if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned
+  if constexpr (VEC > 1) {  // VEC == 1: rows not 16-byte aligned, never staged
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, w, rows, n, eps, rstd, stream, &err)) return err;
+    if constexpr (sizeof(T) < 8) {
+      staged::Plan plan;
+      if (forward_staged_plan(n, sizeof(T), &plan)) {
+        const auto launch = [&](auto has_w) {
+          return staged::launch_persistent(rms_norm_staged_kernel<T, decltype(has_w)::value>, plan, rows,
+                                           stream, x, w, rows, n, 1.0f / static_cast<float>(n), eps, rstd, plan);
+        };
+        return w != nullptr ? launch(std::true_type{}) : launch(std::false_type{});
+      }
+    }
   }
   int tpr = 0, nv = 0;
   if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1, &tpr, &nv)) {
