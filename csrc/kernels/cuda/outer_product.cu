@@ -446,6 +446,27 @@ bool split_suits(int64_t batch, int64_t strips, int sms, int major, bool fp64, i
   return split <= strips && batch * split >= sms - sms / 8 && batch <= active;
 }
 
+// A launch configuration of `ctas` CTAs in clusters of `split` along x.
+// Not copyable: the configuration points at its own cluster attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster = {};
+  ClusterLaunch(int64_t ctas, dim3 block, int64_t smem_bytes, int split, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = block;
+    config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    config.stream = stream;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(split);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // Clusters of `split` CTAs of the whole-item sweep that fit the current
 // device at once, looked up once per (device, kernel, split).
 template <typename Kernel>
@@ -463,19 +484,9 @@ int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
   for (const Known& k : known) {
     if (k.kernel == key && k.device == device && k.split == split) return k.clusters;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(split));
-  config.blockDim = block;
-  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(split);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  const ClusterLaunch launch(split, block, smem_bytes, split, nullptr);
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) != cudaSuccess) {
     cudaGetLastError();  // leave no sticky error behind: the caller falls back
     clusters = 0;
   }
@@ -586,20 +597,9 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
               b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, 1, accumulate);
           return cudaGetLastError();
         }
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(static_cast<unsigned>(
-            std::min<int64_t>(batch, std::max<int64_t>(1, 8 * int64_t{sms} / split)) * split));
-        config.blockDim = block;
-        config.dynamicSmemBytes = static_cast<size_t>(row_bytes);
-        config.stream = stream;
-        cudaLaunchAttribute cluster;
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = static_cast<unsigned>(split);
-        cluster.val.clusterDim.y = 1;
-        cluster.val.clusterDim.z = 1;
-        config.attrs = &cluster;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
+        // One cluster an item: split_suits admitted only as many as fit at once.
+        const ClusterLaunch launch(batch * split, block, row_bytes, split, stream);
+        return cudaLaunchKernelEx(&launch.config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
                                   a.stride[1], bp, b.stride[0], b.stride[1], b_packed, ga, gb,
                                   batch, n, m, strips, true, split, accumulate);
       }
