@@ -648,18 +648,9 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
     // kernel at 32-64 KiB rows (docs/rowwise_tuning.md).
     cudaError_t err = cudaSuccess;
     if (forward_plain<T>(x, w, b, rows, n, eps, mean, rstd, stream, &err)) return err;
+    // The moments kernel (not float64's) splits rows over a 2-CTA cluster.
     staged::Plan plan;
-    // The moments kernel (not float64's) splits rows over a 2-CTA cluster:
-    // rows too long for one ring, and rows of four or more slots whose halves
-    // fit a ring, so that two CTAs share an SM and one's loads overlap the
-    // other's stores.
-    const bool split = sizeof(T) < 8;
-    if (staged::plan_rows(n, sizeof(T), split, &plan)) {
-      staged::Plan halves;
-      if (split && plan.split == 1 && plan.pieces >= 4 && staged::plan_halves(n, sizeof(T), &halves)) {
-        plan = halves;
-      }
-      if (plan.pieces >= 4) plan.threads = staged::kMaxThreads;
+    if (staged::plan_norm_rows(n, sizeof(T), sizeof(T) < 8, &plan)) {
       return forward_staged<T, VEC>(x, w, b, rows, n, eps, mean, rstd, plan, stream);
     }
   }

@@ -18,12 +18,12 @@
 // meet in distributed shared memory. Otherwise grad_a comes from a separate
 // row-reduction kernel (a group of lanes per row), which reads grad_out a
 // second time.
+#include "make_inplace/kernels/compute_capability.h"
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
 #include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
-#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -167,11 +167,8 @@ constexpr int kRowBlock = 8;
 // row k's sum: a transposing reduction, each exchange halving the values a
 // lane holds (4 + 2 + 1 shuffles, then 2 for lanes 8-31), where a warp
 // reduction per row took 5 shuffles a row and kept the memory system idle.
-template <typename A, int K>
-__device__ __forceinline__ A warp_transpose_sum(const A (&v)[K], int lane) {
-  if constexpr (K != kRowBlock) {
-    return v[0];  // never called: the caller takes per-row sums instead
-  } else {
+template <typename A>
+__device__ __forceinline__ A warp_transpose_sum(const A (&v)[kRowBlock], int lane) {
   static_assert(kRowBlock == 8, "three halving exchanges");
   A w[4], z[2];
   const bool h4 = lane & 4, h2 = lane & 2, h1 = lane & 1;
@@ -191,7 +188,6 @@ __device__ __forceinline__ A warp_transpose_sum(const A (&v)[K], int lane) {
   r += __shfl_xor_sync(0xffffffffu, r, 8);
   r += __shfl_xor_sync(0xffffffffu, r, 16);
   return r;
-  }
 }
 
 // The row sums of a cluster's CTAs added up: CTA `rank` sums its share of
@@ -228,8 +224,9 @@ __device__ __forceinline__ void cluster_row_sums(const float* row_acc, T* grad_a
 //    be passed when one strip covers all m columns, or
 //  * one whole batch item, strip after strip, when whole_items is true; row
 //    sums then build up across strips in dynamic shared memory (n entries).
-// Either way each row's sum is owned by one thread (x == 0 of row-group
-// i % ty) and each column's by one strip pass: deterministic, no atomics.
+// Either way each row's sum is owned by one thread (of row-group i % ty:
+// lane 0, or the lane warp_transpose_sum leaves the row on) and each
+// column's by one strip pass: deterministic, no atomics.
 // With whole_items and a cluster of `split` CTAs (sm_90), the cluster shares
 // an item: CTA r sweeps strips r, r + split, ... and the row sums of the
 // CTAs meet through distributed shared memory, so few batch items still
@@ -273,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
     if (rows_in_smem && x == 0) {
       for (int64_t i = y; i < n; i += ty) row_acc[i] = 0;
     }
-    // A row's sum is added by the lane warp_transpose_sum leaves it on.
+    // Rows are zeroed by lane 0 and added to by their owner lanes.
     if (rows_in_smem) __syncthreads();
     for (int64_t strip = strip_begin; strip < strip_end; strip += split) {
       const int64_t first_pack = strip * P * tx + x;
@@ -291,10 +288,9 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
       // memory system idle, 43-53% of the copy bandwidth on an H200).
       constexpr int U = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
       // i0 advances identically for every thread, so the shuffles below are
-      // reached by whole warps. A block of kRowBlock rows per row-group
-      // before the row sums are reduced (see reduce_rows).
-      // One pack a lane (the wide rows) takes blocks of kRowBlock rows for
-      // warp_transpose_sum; more packs a lane have fewer rows to sum.
+      // reached by whole warps. One pack a lane (the wide rows) takes blocks
+      // of kRowBlock rows for warp_transpose_sum; more packs a lane sum each
+      // of their U rows across the lanes.
       constexpr int RB = P == 1 ? kRowBlock : U;
       for (int64_t i0 = 0; i0 < n; i0 += RB * ty) {
         A row_sum[RB];
@@ -344,12 +340,17 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
               store_result(grad_a + s * n + i, v, accumulate);
             }
           };
-          if (RB == kRowBlock && tx == 32) {
-            // Lane k < kRowBlock gets row i0 + k * ty + y.
-            const A sum = warp_transpose_sum(row_sum, x);
-            const int64_t i = i0 + x * ty + y;
-            if (x < kRowBlock && i < n) add_row(i, sum);
-          } else {
+          bool transposed = false;
+          if constexpr (RB == kRowBlock) {
+            if (tx == 32) {
+              // Lane k < kRowBlock gets row i0 + k * ty + y.
+              const A sum = warp_transpose_sum(row_sum, x);
+              const int64_t i = i0 + x * ty + y;
+              if (x < kRowBlock && i < n) add_row(i, sum);
+              transposed = true;
+            }
+          }
+          if (!transposed) {
 #pragma unroll
             for (int k = 0; k < RB; ++k) {
               const int64_t i = i0 + k * ty + y;
@@ -421,29 +422,12 @@ dim3 block_for(int64_t packs) {
 // The widest strip (in packs per lane) that still lets one block own whole rows.
 constexpr int kMaxPacksPerLane = 4;
 
-// The compute capability's major number of the current device (0 if it
-// cannot be read), looked up once per device.
-int compute_major() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> majors[kMaxDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
-  int major = majors[device].load(std::memory_order_relaxed);
-  if (major == 0 && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess) {
-    majors[device].store(major, std::memory_order_relaxed);
-  }
-  return major;
-}
-
-// Whether a cluster of `split` CTAs per batch item suits the whole-item
-// sweep: the items alone do not fill the GPU (two CTAs an SM), the clusters
-// nearly do (a CTA on 7 SMs in 8) and all run at once (`active`: clusters that fit the GPU
-// together; a second wave for a few of them doubled the time), and every CTA
-// gets a strip. Clusters and their shared memory need sm_90; float64 row
-// sums stay out of them.
-bool split_suits(int64_t batch, int64_t strips, int sms, int major, bool fp64, int split, int active) {
-  if (batch >= 2 * int64_t{sms} || major < 9 || fp64) return false;
-  return split <= strips && batch * split >= sms - sms / 8 && batch <= active;
+// Whether clusters of `split` CTAs, one an item, suit the whole-item sweep
+// of `batch` items too few to fill the GPU alone: they nearly fill it (a CTA
+// on 7 SMs in 8) and every CTA gets a strip. The caller also checks that all
+// the clusters fit at once (a second wave for a few of them doubled the time).
+bool split_suits(int64_t batch, int64_t strips, int sms, int split) {
+  return split <= strips && batch * split >= sms - sms / 8;
 }
 
 // A launch configuration of `ctas` CTAs in clusters of `split` along x.
@@ -575,16 +559,15 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       const int sms = sm_count();
       const auto kernel = outer_cols_kernel<T, W, 1>;
       const bool sweep = ga != nullptr && gb != nullptr && m > 0 && row_bytes <= kMaxRowSumBytes;
-      int split = 1;
+      int split = 1;  // CTAs an item; 0: no whole-item sweep
       if (sweep && batch < 2 * int64_t{sms}) {
-        // The largest cluster that suits (8, the portable size, down to 2).
-        const int major = compute_major();
+        // Too few items for a CTA each: the largest cluster that suits (8,
+        // the portable size, down to 2). Clusters and their shared memory
+        // need sm_90; float64 row sums stay out of them.
         split = 0;
-        for (int c = 8; c >= 2 && split == 0; c /= 2) {
-          if (split_suits(batch, strips, sms, major, sizeof(T) == 8, c, 1 << 30) &&
-              split_suits(batch, strips, sms, major, sizeof(T) == 8, c,
-                          active_clusters(kernel, block, row_bytes, c))) {
-            split = c;
+        if (compute_major() >= 9 && sizeof(T) < 8) {
+          for (int c = 8; c >= 2 && split == 0; c /= 2) {
+            if (split_suits(batch, strips, sms, c) && batch <= active_clusters(kernel, block, row_bytes, c)) split = c;
           }
         }
       }
@@ -597,7 +580,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
               b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, 1, accumulate);
           return cudaGetLastError();
         }
-        // One cluster an item: split_suits admitted only as many as fit at once.
+        // One cluster an item: only as many as fit at once were admitted.
         const ClusterLaunch launch(batch * split, block, row_bytes, split, stream);
         return cudaLaunchKernelEx(&launch.config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
                                   a.stride[1], bp, b.stride[0], b.stride[1], b_packed, ga, gb,

@@ -375,17 +375,6 @@ bool forward_plain(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_
   }
 }
 
-// The staged plan for rows the register fast path cannot hold: layer_norm_'s
-// (rows too long for one ring, and rows of four or more slots whose halves
-// fit one, split over a 2-CTA cluster; 1024 threads from four slots).
-inline bool forward_staged_plan(int64_t n, int elem, staged::Plan* plan) {
-  if (!staged::plan_rows(n, elem, true, plan)) return false;
-  staged::Plan halves;
-  if (plan->split == 1 && plan->pieces >= 4 && staged::plan_halves(n, elem, &halves)) *plan = halves;
-  if (plan->pieces >= 4) plan->threads = staged::kMaxThreads;
-  return true;
-}
-
 template <typename T, int VEC>
 cudaError_t forward_vec(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_t<T>* rstd,
                         cudaStream_t stream) {
@@ -395,7 +384,7 @@ cudaError_t forward_vec(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps,
     if (forward_plain<T>(x, w, rows, n, eps, rstd, stream, &err)) return err;
     if constexpr (sizeof(T) < 8) {
       staged::Plan plan;
-      if (forward_staged_plan(n, sizeof(T), &plan)) {
+      if (staged::plan_norm_rows(n, sizeof(T), true, &plan)) {
         const auto launch = [&](auto has_w) {
           return staged::launch_persistent(rms_norm_staged_kernel<T, decltype(has_w)::value>, plan, rows,
                                            stream, x, w, rows, n, 1.0f / static_cast<float>(n), eps, rstd, plan);

@@ -24,12 +24,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "make_inplace/kernels/compute_capability.h"
 #include "make_inplace/kernels/moments.cuh"
 #include "make_inplace/kernels/rowwise_cuda.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
@@ -53,7 +53,6 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMinRowBytes = 32 * 1024;
 constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
 constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
-constexpr int kMaxDevices = 64;
 
 struct Plan {
   int split = 1;       // CTAs (a cluster) per row: 1 or 2
@@ -93,18 +92,7 @@ inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
   const int64_t row_bytes = n * elem;
   if (row_bytes % 16 != 0 || row_bytes < kMinRowBytes) return false;
   if (!route_override().staged_rows) return false;
-  // The compute capability, looked up once per device (0: not yet known).
-  static std::atomic<int> majors[kMaxDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return false;
-  int major = majors[device].load(std::memory_order_relaxed);
-  if (major == 0) {
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      return false;
-    }
-    majors[device].store(major, std::memory_order_relaxed);
-  }
-  if (major < 9) return false;
+  if (compute_major() < 9) return false;
   // A row split in halves must start each half 16-byte aligned.
   if (plan_part(row_bytes, elem, plan)) {
     plan->split = 1;
@@ -123,6 +111,19 @@ inline bool plan_halves(int64_t n, int elem, Plan* plan) {
   if (n % 2 != 0 || (n * elem) % 32 != 0 || !plan_rows(n / 2, elem, false, plan)) return false;
   plan->split = 2;
   plan->part = n / 2;
+  return true;
+}
+
+// The plan of the norms' staged kernels (layer_norm_, rms_norm_): with
+// allow_split, rows too long for one ring and rows of four or more slots
+// whose halves fit one are split over a 2-CTA cluster, so that two CTAs share
+// an SM and one's loads overlap the other's stores; rows of four or more
+// slots take kMaxThreads (docs/rowwise_tuning.md). False as plan_rows.
+inline bool plan_norm_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
+  if (!plan_rows(n, elem, allow_split, plan)) return false;
+  Plan halves;
+  if (allow_split && plan->split == 1 && plan->pieces >= 4 && plan_halves(n, elem, &halves)) *plan = halves;
+  if (plan->pieces >= 4) plan->threads = kMaxThreads;
   return true;
 }
 
