@@ -108,6 +108,28 @@ def test_inference_mode_matches_torch_fast_path(case, need):
         torch.testing.assert_close(got[1], expected[1], rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", MASK_CASES)
+def test_cpu_inference_weights_take_the_fused_projection(case, dtype):
+    """No graph on CPU: torch's fused bias/scale/head-layout op feeds the scores;
+    outputs and per-head weights match a float64 torch reference."""
+    torch.manual_seed(2)
+    n, h, e, length = 3, 4, 32, 9
+    ref, _ = _pair(e, h)
+    ours = InplaceMultiheadAttention(e, h, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(n, length, e, dtype=dtype)
+    kpm, attn, causal = _masks(case, n, h, length, length, dtype)
+    widen = lambda m: m if m is None or m.dtype == torch.bool else m.double()  # noqa: E731
+    expected = _run(ref, x.double(), x.double(), x.double(), widen(kpm), widen(attn), causal, True, False)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        got = _run(ours, x, x, x, kpm, attn, causal, True, False)
+    assert "aten::_transform_bias_rescale_qkv" in {ev.name for ev in prof.events()}
+    tol = TOL[dtype]
+    torch.testing.assert_close(got[0].double(), expected[0], rtol=tol, atol=tol)
+    torch.testing.assert_close(got[1].double(), expected[1], rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("kind", ["key_is_value", "separate", "kdim_vdim"])
 @pytest.mark.parametrize("need", [True, False])
 def test_cross_attention(kind, need):

@@ -175,9 +175,26 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             )
         head_dim = self.head_dim
 
-        q, k, v = self._project(query, key, value, n, tgt_len, src_len)
-
         materialize = need_weights or self.core == "materialized"
+        # CPU inference, materialized self-attention: torch's own fused op (no
+        # autograd) adds the bias, scales q and lays q, k, v out as contiguous
+        # (N, H, L, D) heads in one pass, which the CPU GEMMs need anyway.
+        w_in, b_in = self.in_proj_weight, self.in_proj_bias
+        prescaled = (
+            materialize
+            and not query.is_cuda
+            and query is key
+            and key is value
+            and w_in is not None
+            and b_in is not None
+            and not (torch.is_grad_enabled() and (query.requires_grad or w_in.requires_grad or b_in.requires_grad))
+        )
+        if prescaled:
+            proj = F.linear(query, w_in)
+            q, k, v = torch._transform_bias_rescale_qkv(proj, b_in, self.num_heads)
+            del proj
+        else:
+            q, k, v = self._project(query, key, value, n, tgt_len, src_len)
         causal, additive, sdpa_mask = self._masks(
             attn_mask, key_padding_mask, is_causal, n, tgt_len, src_len, q.dtype, q.device, materialize
         )
@@ -189,13 +206,19 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             # Per-batch strided GEMMs (no copies of q, k, v) on CUDA; CPU BLAS is
             # slow on these strides, so CPU takes copies instead.
             strided = not graph and q.is_cuda
-            if not strided and q.shape == k.shape == v.shape:
+            if not strided and not prescaled and q.shape == k.shape == v.shape:
                 # One copy of all three in (N, H, L, D) layout (where torch.matmul would make a copy
                 # of each, k's transposed), then GEMMs on contiguous heads, which CPU BLAS runs faster.
                 q, k, v = torch.stack((q, k, v)).unbind(0)
-            scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
+            if prescaled:  # contiguous heads: one bmm over the folded (N, H) dim
+                heads = self.num_heads
+                scores = torch.bmm(q.view(-1, tgt_len, head_dim), k.view(-1, src_len, head_dim).transpose(1, 2))
+                scores = scores.view(n, heads, tgt_len, src_len)
+            else:
+                scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
             del q, k
-            probs = softmax_(scores, -1, scale=1.0 / math.sqrt(head_dim), causal=causal, mask=additive)
+            scale = 1.0 if prescaled else 1.0 / math.sqrt(head_dim)
+            probs = softmax_(scores, -1, scale=scale, causal=causal, mask=additive)
             del scores
             if dropout_p > 0.0:
                 # Out of place under autograd: softmax_ saved the probabilities for its backward.
@@ -346,7 +369,10 @@ def _batched_matmul(a: torch.Tensor, b: torch.Tensor, strided: bool) -> torch.Te
     the result instead, with no copy of a or b.
     """
     if not strided:
-        return torch.matmul(a, b)
+        # bmm over the folded (N, H) dim: torch.matmul's own folding, with less dispatch.
+        return torch.bmm(a.reshape(-1, a.shape[2], a.shape[3]), b.reshape(-1, b.shape[2], b.shape[3])).view(
+            a.shape[0], a.shape[1], a.shape[2], b.shape[3]
+        )
     out = a.new_empty(a.shape[0], a.shape[1], a.shape[2], b.shape[3])
     _bmm_into(a, b, out, heads_last=False)
     return out
@@ -362,7 +388,8 @@ def _weighted_values(probs: torch.Tensor, v: torch.Tensor, strided: bool) -> tor
     head_dim = v.shape[-1]
     if not strided:
         # contiguous, not reshape: with head_dim 1 reshape returns a strided view.
-        return torch.matmul(probs, v).transpose(1, 2).contiguous().view(n, tgt_len, heads * head_dim)
+        heads_out = _batched_matmul(probs, v, strided=False)
+        return heads_out.transpose(1, 2).contiguous().view(n, tgt_len, heads * head_dim)
     out = probs.new_empty(n, tgt_len, heads, head_dim)
     _bmm_into(probs, v, out, heads_last=True)
     return out.view(n, tgt_len, heads * head_dim)
