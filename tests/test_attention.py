@@ -111,10 +111,11 @@ def test_inference_mode_matches_torch_fast_path(case, need):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", MASK_CASES)
 def test_cpu_inference_weights_take_the_fused_projection(case, dtype):
-    """No graph on CPU: torch's fused bias/scale/head-layout op feeds the scores;
-    outputs and per-head weights match a float64 torch reference."""
+    """No graph on CPU: torch's fused bias/scale/head-layout op feeds the scores,
+    and the products reuse q's and k's memory; outputs and per-head weights
+    match a float64 torch reference."""
     torch.manual_seed(2)
-    n, h, e, length = 3, 4, 32, 9
+    n, h, e, length = 3, 4, 32, 9  # head_dim 8: q's scale 1/sqrt(8) is not a power of two
     ref, _ = _pair(e, h)
     ours = InplaceMultiheadAttention(e, h, dtype=dtype)
     ours.load_state_dict(ref.state_dict())

@@ -176,11 +176,15 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         head_dim = self.head_dim
 
         materialize = need_weights or self.core == "materialized"
-        # CPU inference, materialized self-attention: torch's own fused op (no
-        # autograd) adds the bias, scales q and lays q, k, v out as contiguous
-        # (N, H, L, D) heads in one pass, which the CPU GEMMs need anyway.
         w_in, b_in = self.in_proj_weight, self.in_proj_bias
-        prescaled = (
+        # CPU, materialized self-attention without a graph: torch's own fused
+        # op (no autograd) adds the bias, scales q and lays q, k, v out as the
+        # contiguous (N, H, L, D) heads CPU BLAS needs, so each product is one
+        # batched GEMM over the folded (N, H) dim. CUDA reads the projection in
+        # place instead (per-batch strided GEMMs): there the heads' copy would
+        # sit beside the projection's cached segment, two activations more
+        # reserved at the peak.
+        fused = (
             materialize
             and not query.is_cuda
             and query is key
@@ -189,7 +193,7 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             and b_in is not None
             and not (torch.is_grad_enabled() and (query.requires_grad or w_in.requires_grad or b_in.requires_grad))
         )
-        if prescaled:
+        if fused:
             proj = F.linear(query, w_in)
             q, k, v = torch._transform_bias_rescale_qkv(proj, b_in, self.num_heads)
             del proj
@@ -201,24 +205,34 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
         dropout_p = self.dropout if self.training else 0.0
 
         weights = None
-        if materialize:
+        if fused:
+            heads, folded = self.num_heads, (-1, tgt_len, head_dim)
+            scores = torch.bmm(q.view(folded), k.view(folded).transpose(1, 2)).view(n, heads, tgt_len, tgt_len)
+            probs = softmax_(scores, -1, scale=1.0, causal=causal, mask=additive)  # q came scaled
+            del scores
+            if dropout_p > 0.0:
+                probs = F.dropout(probs, dropout_p, training=True, inplace=True)
+            # q and k are dead: q's memory takes probs @ v, k's the (N, L, H, D)
+            # layout the output projection reads, so nothing new is allocated.
+            torch.bmm(probs.view(-1, tgt_len, tgt_len), v.view(folded), out=q.view(folded))
+            attn = k.view(n, tgt_len, heads, head_dim).copy_(q.view(n, heads, tgt_len, head_dim).transpose(1, 2))
+            attn = attn.view(n, tgt_len, e)
+            if need_weights:
+                weights = probs.mean(dim=1) if average_attn_weights else probs
+            del probs, q, k, v
+            owned = True
+        elif materialize:
             graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
             # Per-batch strided GEMMs (no copies of q, k, v) on CUDA; CPU BLAS is
             # slow on these strides, so CPU takes copies instead.
             strided = not graph and q.is_cuda
-            if not strided and not prescaled and q.shape == k.shape == v.shape:
+            if not strided and q.shape == k.shape == v.shape:
                 # One copy of all three in (N, H, L, D) layout (where torch.matmul would make a copy
                 # of each, k's transposed), then GEMMs on contiguous heads, which CPU BLAS runs faster.
                 q, k, v = torch.stack((q, k, v)).unbind(0)
-            if prescaled:  # contiguous heads: one bmm over the folded (N, H) dim
-                heads = self.num_heads
-                scores = torch.bmm(q.view(-1, tgt_len, head_dim), k.view(-1, src_len, head_dim).transpose(1, 2))
-                scores = scores.view(n, heads, tgt_len, src_len)
-            else:
-                scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
+            scores = _batched_matmul(q, k.transpose(-2, -1), strided)  # (N, H, L, S): the one big buffer
             del q, k
-            scale = 1.0 if prescaled else 1.0 / math.sqrt(head_dim)
-            probs = softmax_(scores, -1, scale=scale, causal=causal, mask=additive)
+            probs = softmax_(scores, -1, scale=1.0 / math.sqrt(head_dim), causal=causal, mask=additive)
             del scores
             if dropout_p > 0.0:
                 # Out of place under autograd: softmax_ saved the probabilities for its backward.
