@@ -113,10 +113,13 @@ def square_matmul_route(
     forced: str | None = None,
     tiles_per_cta: int | None = None,
     panels_batched: bool = True,
+    cpu_l2_bytes: int = 0,
 ) -> RoutePlan:
     """The plan square_matmul_ follows for x of shape (rows, n) on ``device``
-    (None: the CPU). Raises RuntimeError where square_matmul_ would (a width too
-    wide for the zero-workspace kernel with no room for a panel)."""
+    (None: the CPU, with ``cpu_l2_bytes`` of L2 per core, 0 for unknown; the
+    op itself reads the machine's from sysconf). Raises RuntimeError where
+    square_matmul_ would (a width too wide for the zero-workspace kernel with
+    no room for a panel)."""
     facts = device or DeviceFacts()
     result = torch.ops.make_inplace._square_matmul_route(
         rows,
@@ -141,6 +144,7 @@ def square_matmul_route(
         forced=forced or "",
         tiles_per_cta=tiles_per_cta or 0,
         panels_batched=panels_batched,
+        cpu_l2_bytes=cpu_l2_bytes,
     )
     return RoutePlan(*result)
 

@@ -142,6 +142,13 @@ CASES = [
     ("cpu: default bound too small for 128 rows", 1000, 2048, BF16, "cpu", {}, "cpu_rows", {}),
     ("cpu: bf16 panels", 100000, 64, BF16, "cpu", {}, "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
     ("cpu: fp32 up to 1024 wide: rows whatever the bound", 100000, 1024, F32, "cpu", {}, "cpu_rows", {}),
+    ("cpu: fp32 whose w fits L2: rows", 100000, 724, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_rows", {}),
+    ("cpu: fp32 whose w outgrows L2: panels", 100000, 725, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_panels",
+     dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: fp32 outgrowing L2 without room for a panel: rows", 1000, 768, F32, "cpu", dict(cpu_l2_bytes=2 * MiB),
+     "cpu_rows", {}),
+    ("cpu: fp16 ignores L2 (torch has no fast fp16 GEMM on the CPU)", 100000, 1024, F16, "cpu",
+     dict(cpu_l2_bytes=1 * MiB), "cpu_rows", {}),
     ("cpu: fp16 up to 1024 wide: rows", 100000, 64, F16, "cpu", {}, "cpu_rows", {}),
     ("cpu: fp32 wider than 1024: panels", 100000, 1032, F32, "cpu", {}, "cpu_panels",
      dict(panel_blocks=1, panel_rows_per_block=6250)),
@@ -258,6 +265,30 @@ def test_bad_arguments_are_refused():
         route(10, 8, BF16, forced="wgmma", tiles_per_cta=3)
     with pytest.raises(RuntimeError, match="must have|unsupported dtype"):
         route(10, 8, torch.int32)
+    with pytest.raises(RuntimeError, match="cpu_l2_bytes must be >= 0"):
+        route(10, 8, F32, "cpu", cpu_l2_bytes=-1)
+
+
+def test_cpu_calls_read_this_machines_l2():
+    """The op's CPU plan uses this machine's L2: a float32 w that outgrows it
+    takes ATen's GEMM panels (seen in the profiler), one that fits the row kernel."""
+    import os
+
+    import make_inplace
+
+    l2 = os.sysconf("SC_LEVEL2_CACHE_SIZE") if "SC_LEVEL2_CACHE_SIZE" in os.sysconf_names else 0
+    if l2 <= 0:
+        pytest.skip("this platform does not report its L2 size")
+    for n in (64, 512, 768, 1024):
+        x = torch.randn(4096, n)
+        w = torch.randn(n, n) / n**0.5
+        expected = x @ w
+        with torch.profiler.profile() as prof:
+            make_inplace.square_matmul_(x, w)
+        gemm = any(e.name in ("aten::mm", "aten::addmm") for e in prof.events())
+        assert gemm == (route(4096, n, F32, "cpu", cpu_l2_bytes=l2).route == "cpu_panels"), (n, l2)
+        assert gemm == (n * n * 4 > l2), (n, l2)
+        torch.testing.assert_close(x, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_forced_route_sets_and_restores_the_switch():

@@ -51,7 +51,7 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
                               c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
-                              bool panels_batched) {
+                              bool panels_batched, int64_t cpu_l2_bytes) {
   TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
   TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
   TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
@@ -79,6 +79,9 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     d.wgmma[0] = d.wgmma[1] = residency(wgmma_ctas, wgmma_clusters, "wgmma");
     d.ffma = residency(ffma_ctas, ffma_clusters, "ffma");
     d.waves_max_width = waves_max_width;
+  } else {
+    TORCH_CHECK(cpu_l2_bytes >= 0, "cpu_l2_bytes must be >= 0, got ", cpu_l2_bytes);
+    d.cpu_l2_bytes = cpu_l2_bytes;
   }
   square_matmul::Override o;
   o.route = parse_forced_or_throw(std::string(forced));

@@ -127,12 +127,13 @@ bool plan_ffma(const Call& c, const Device& d, bool counted, Plan* out) {
   return true;
 }
 
-Plan plan_cpu(const Call& c, int64_t row_bytes) {
+Plan plan_cpu(const Call& c, const Device& d, int64_t row_bytes) {
   // Panels of a few rows turn into many tiny GEMM calls whose threading
   // overhead dominates; the row kernel is faster there and uses less memory.
   const int64_t panel_rows = std::min(c.rows, c.workspace_bound / row_bytes);
-  const bool rows_faster = c.n <= kCpuRowsUpToWidth && (c.kind == kernels::ScalarKind::kFloat32 ||
-                                                        c.kind == kernels::ScalarKind::kFloat16);
+  const bool w_in_l2 = d.cpu_l2_bytes <= 0 || c.n * c.n * int64_t{4} <= d.cpu_l2_bytes;
+  const bool rows_faster = c.n <= kCpuRowsUpToWidth && (c.kind == kernels::ScalarKind::kFloat16 ||
+                                                        (c.kind == kernels::ScalarKind::kFloat32 && w_in_l2));
   Plan p;
   if (rows_faster || panel_rows < std::min(c.rows, kCpuMinPanelRows)) {
     p.route = Route::kCpuRows;
@@ -191,7 +192,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   if (c.rows <= 0) return p;  // Route::kEmpty
   const int element_size = kernels::element_size(c.kind);
   const int64_t row_bytes = c.n * element_size;
-  if (!d.cuda) return plan_cpu(c, row_bytes);
+  if (!d.cuda) return plan_cpu(c, d, row_bytes);
 
   PanelPlan panels = plan_panels(c.workspace_bound, row_bytes, c.rows);
   panels.batched = panels.batched && o.panels_batched;
