@@ -113,11 +113,11 @@ def square_matmul_route(
     forced: str | None = None,
     tiles_per_cta: int | None = None,
     panels_batched: bool = True,
-    cpu_l2_bytes: int = 0,
+    cpu_l2_bytes: int | None = 0,
 ) -> RoutePlan:
     """The plan square_matmul_ follows for x of shape (rows, n) on ``device``
-    (None: the CPU, with ``cpu_l2_bytes`` of L2 per core, 0 for unknown; the
-    op itself reads the machine's from sysconf). Raises RuntimeError where
+    (None: the CPU, whose L2 rule weighs ``cpu_l2_bytes`` per core: 0 for no
+    L2 rule, None for this machine's, as the op uses). Raises RuntimeError where
     square_matmul_ would (a width too wide for the zero-workspace kernel with
     no room for a panel)."""
     facts = device or DeviceFacts()

@@ -3,7 +3,7 @@
 // kernel when the bound holds too few rows for a panel.
 #include <torch/library.h>
 
-#include "make_inplace/kernels/cpu_cache.h"
+#include "make_inplace/kernels/cpu_facts.h"
 #include "make_inplace/kernels/square_matmul.h"
 #include "make_inplace/square_matmul.h"
 #include "make_inplace/square_matmul_route.h"
@@ -18,7 +18,7 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
                                                   workspace_bytes);
   const square_matmul::Call call = square_matmul_call(x, w, bias, workspace_bytes);
   square_matmul::Device device;
-  device.cpu_l2_bytes = kernels::cpu_l2_cache_bytes();
+  device.cpu_l2_bytes = kernels::cpu_l2_rule_bytes();
   const square_matmul::Plan plan = square_matmul::plan(call, device);
   const int64_t n = call.n, rows = call.rows;
   const bool has_bias = bias.has_value() && bias->defined();

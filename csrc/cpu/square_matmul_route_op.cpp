@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "make_inplace/kernels/cpu_facts.h"
 #include "make_inplace/route_override.h"
 #include "make_inplace/square_matmul_route.h"
 #include "make_inplace/torch_kinds.h"
@@ -51,7 +52,7 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
                               c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
-                              bool panels_batched, int64_t cpu_l2_bytes) {
+                              bool panels_batched, std::optional<int64_t> cpu_l2_bytes) {
   TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
   TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
   TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
@@ -80,8 +81,9 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     d.ffma = residency(ffma_ctas, ffma_clusters, "ffma");
     d.waves_max_width = waves_max_width;
   } else {
-    TORCH_CHECK(cpu_l2_bytes >= 0, "cpu_l2_bytes must be >= 0, got ", cpu_l2_bytes);
-    d.cpu_l2_bytes = cpu_l2_bytes;
+    // None: this machine's, as square_matmul_ itself uses.
+    TORCH_CHECK(cpu_l2_bytes.value_or(0) >= 0, "cpu_l2_bytes must be None or >= 0, got ", cpu_l2_bytes.value_or(0));
+    d.cpu_l2_bytes = cpu_l2_bytes.has_value() ? *cpu_l2_bytes : kernels::cpu_l2_rule_bytes();
   }
   square_matmul::Override o;
   o.route = parse_forced_or_throw(std::string(forced));

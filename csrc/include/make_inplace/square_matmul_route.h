@@ -54,7 +54,7 @@ struct Device {
   kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1]
   kernels::Residency ffma;
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
-  int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown)
+  int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
 };
 
 // A route forced by tests and sweeps (docs/routing.md): the forced route runs

@@ -49,10 +49,11 @@ constexpr int64_t kCpuMinPanelRows = 128;
 // CPU: float32 and float16 up to this width take the row kernel whatever the
 // bound (2 threads, AVX-512: 1.45-2.25x MKL's panels at n = 64-1024, 0.47x at
 // 2048); bfloat16 keeps panels, where oneDNN is about twice the row kernel.
-// float32 also needs w to fit one core's L2 where the size is known: the row
-// kernel repacks w for every panel of 16-64 rows, which streams it from L3
-// once it does not (2 MiB L2, MKL at 215 GFLOP/s: rows 0.41-0.62x at n = 768
-// and 1024, panels 0.83-0.93x; docs/notes/cpu_kernels.md).
+// On Intel CPUs float32 also needs w to fit one core's L2: the row kernel
+// repacks w for every panel of 16-64 rows, which streams it from L3 once it
+// does not, and MKL runs near the FMA peak there (2 MiB L2, MKL at 215
+// GFLOP/s: rows 0.41-0.62x at n = 768 and 1024, panels 0.83-0.93x;
+// docs/notes/cpu_kernels.md).
 constexpr int64_t kCpuRowsUpToWidth = 1024;
 
 }  // namespace make_inplace::square_matmul
