@@ -52,6 +52,43 @@ def test_values_against_float64(device, n, rows, dtype):
     check(x, w, b, transpose, workspace)
 
 
+# The CPU row kernel's register-tile heights: its 96 KiB panel holds 12 or
+# more rows up to n = 2048, 4-11 rows up to 6144, 2-3 up to 12288.
+@pytest.mark.parametrize("n", [2049, 6200])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cpu_row_kernel_on_wide_rows(n, transpose):
+    x, w, b = make(13, n, torch.bfloat16, "cpu", bias=True)
+    check(x, w, b, transpose, workspace_bytes=0)
+
+
+_ISA_SCRIPT = """
+import itertools, torch, make_inplace
+for n, rows, dtype, transpose, bias in itertools.product(
+        [1, 7, 33, 100, 257], [1, 13, 100], [torch.float32, torch.bfloat16, torch.float16], [False, True], [False, True]):
+    x = torch.randn(rows, n, dtype=dtype)
+    w = (torch.randn(n, n) / n**0.5).to(dtype)
+    b = torch.randn(n, dtype=dtype) if bias else None
+    mat = w.double().t() if transpose else w.double()
+    expected = x.double() @ mat + (b.double() if bias else 0)
+    make_inplace.square_matmul_(x, w, b, transpose=transpose, workspace_bytes=0)
+    err = ((x.double() - expected).norm() / expected.norm()).item()
+    assert err < {torch.float32: 2e-5, torch.bfloat16: 1.2e-2, torch.float16: 2e-3}[dtype], (n, rows, dtype, transpose, err)
+"""
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_cpu_row_kernel_on_narrower_vector_sets(capability):
+    """ATEN_CPU_CAPABILITY caps the CPU kernels' vector set too (read once per
+    process): the AVX2 and portable row kernels, each in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+    done = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("bias", [False, True])

@@ -3,16 +3,18 @@
 //
 // Each thread takes a chunk of rows and walks it in panels of R rows: the
 // panel is copied (as float) to a stack buffer, after which its rows in x are
-// free to receive results. The product is then a small GEMM against the
-// copy, blocked as in GotoBLAS: for each NR-column tile and KC-deep slice of
-// w, the slice is packed (a copy, or a register transpose for w^T) into a
-// stack buffer that stays in L1, and an MR x NR register tile of results
-// accumulates over it. Slices past the first add to a float tile on the
-// stack; the last one adds the bias and writes x. Half types compute in
-// float32; float64 keeps a plain double loop. The stack holds about
-// kPanelBytes + a slice + the partial tile (about 100 KiB); only rows wider
-// than kPanelBytes / 4 elements (float64: kStackDoubles) take one heap row
-// buffer per chunk instead.
+// free to receive results. The copy interleaves each group of MR rows
+// (element k of row r at k * MR + r, through register transposes), so the
+// micro-tile reads its broadcasts from one stream. The product is then a
+// small GEMM against the copy, blocked as in GotoBLAS: for each NR-column
+// tile and KC-deep slice of w, the slice is packed (a copy, or a register
+// transpose for w^T) into a stack buffer that stays in L1, and an MR x NR
+// register tile of results accumulates over it. Slices past the first add
+// to a float tile on the stack; the last one adds the bias and writes x.
+// Half types compute in float32; float64 keeps a plain double loop. The
+// stack holds kPanelBytes + a slice + the partial tile (about 140 KiB); only
+// rows wider than kPanelBytes / 4 elements (float64: kStackDoubles) take one
+// heap row buffer per chunk instead.
 #include "make_inplace/kernels/square_matmul.h"
 
 #include <c10/util/BFloat16.h>
@@ -29,27 +31,31 @@ namespace {
 
 // Rows in registers (MR) and vectors per row (NV, NR = NV * width) of the
 // result tile: 16-24 accumulators plus the loaded w vectors fit the register
-// file of each target.
+// file of each target. MR is at most the vector width where the width is
+// above one (the interleaving copy transposes W x W blocks). kNarrowRows:
+// the tile height for rows narrower than kTallTileFromWidth, where the copy
+// weighs more against the product than a taller tile saves.
 template <typename V>
 struct Tile {
-  static constexpr int kRows = 8, kVecs = 2;
+  static constexpr int kRows = 8, kNarrowRows = 8, kVecs = 2;
 };
 template <>
 struct Tile<cpu::VecPortable> {
-  static constexpr int kRows = 4, kVecs = 4;
+  static constexpr int kRows = 4, kNarrowRows = 4, kVecs = 4;
 };
 #if MAKE_INPLACE_CPU_X86
 template <>
 struct Tile<cpu::VecAvx2> {
-  static constexpr int kRows = 6, kVecs = 2;
+  static constexpr int kRows = 6, kNarrowRows = 6, kVecs = 2;
 };
 template <>
 struct Tile<cpu::VecAvx512> {
-  static constexpr int kRows = 8, kVecs = 2;
+  static constexpr int kRows = 12, kNarrowRows = 8, kVecs = 2;
 };
 #endif
+constexpr int64_t kTallTileFromWidth = 256;
 
-constexpr int64_t kPanelBytes = 64 * 1024;  // the copied rows (float)
+constexpr int64_t kPanelBytes = 96 * 1024;  // the copied rows (float)
 constexpr int64_t kKc = 256;                // depth of a packed slice of w
 constexpr int64_t kMaxNr = 32;              // widest tile (AVX-512: 2 x 16)
 constexpr int64_t kMaxPanelRowsSliced = kPanelBytes / (4 * (kKc + 1));  // panel rows when n > kKc
@@ -62,11 +68,12 @@ struct Call {
   bool transpose;
 };
 
-// acc[r][v] += a[r * lda + k] * b[k * NR + v * W + lane] over k < kc.
-// The accumulators are copied to a local array whose address never escapes,
-// so the compiler keeps all of them in registers across the k loop.
+// acc[r][v] += a[k * MR + r] * b[k * NR + v * W + lane] over k < kc (a: a
+// group's interleaved copy, b: the packed slice). The accumulators are copied
+// to a local array whose address never escapes, so the compiler keeps all of
+// them in registers across the k loop.
 template <typename V, int MR, int NV>
-inline void micro_tile(const float* a, int64_t lda, const float* b, int64_t kc, V (&acc)[MR][NV]) {
+inline void micro_tile(const float* a, const float* b, int64_t kc, V (&acc)[MR][NV]) {
   constexpr int64_t W = V::kWidth, NR = NV * W;
   V c[MR][NV];
 #pragma GCC unroll 16
@@ -79,7 +86,7 @@ inline void micro_tile(const float* a, int64_t lda, const float* b, int64_t kc, 
     for (int v = 0; v < NV; ++v) bv[v] = V::load(b + k * NR + v * W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const V av = V::broadcast(a[r * lda + k]);
+      const V av = V::broadcast(a[k * MR + r]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) c[r][v] = V::fma(av, bv[v], c[r][v]);
     }
@@ -97,8 +104,9 @@ struct Panels {
     // Panel rows: as many as the stack buffer holds. Rows so wide that fewer
     // than MR fit take a shorter register tile; wider than the whole buffer,
     // one row at a time from the heap.
-    constexpr int MR = Tile<V>::kRows;
+    constexpr int MR = Tile<V>::kRows, NARROW = Tile<V>::kNarrowRows;
     const int64_t fit = kPanelBytes / (4 * c->n);
+    if (MR != NARROW && c->n < kTallTileFromWidth) return run_panels<V, NARROW>(c, begin, end, fit / NARROW * NARROW);
     if (fit >= MR) return run_panels<V, MR>(c, begin, end, fit / MR * MR);
     if (fit >= 4) return run_panels<V, 4>(c, begin, end, fit / 4 * 4);
     if (fit >= 2) return run_panels<V, 2>(c, begin, end, fit / 2 * 2);
@@ -129,15 +137,10 @@ struct Panels {
     for (int64_t p0 = begin; p0 < end; p0 += panel_rows) {
       const int64_t rows = std::min(panel_rows, end - p0);
       const int64_t padded = (rows + MR - 1) / MR * MR;  // <= panel_rows, a multiple of MR
-      // Copy the panel; the pad rows of the last group read as zeros.
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* src = x + (p0 + r) * n;
-        float* dst = panel + r * n;
-        int64_t k = 0;
-        for (; k + W <= n; k += W) V::load(src + k).store(dst + k);
-        if (k < n) V::load(src + k, n - k, 0.f).store(dst + k, n - k);
+      // The pad rows of the last group read as zeros.
+      for (int64_t g = 0; g < padded; g += MR) {
+        copy_group<V, MR>(x + (p0 + g) * n, n, std::min<int64_t>(MR, rows - g), panel + g * n);
       }
-      std::fill(panel + rows * n, panel + padded * n, 0.f);
       const Panel panel_args{x + p0 * n, w, bias, n, c->transpose, rows, padded, panel, slice, partial};
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t cols = std::min(NR, n - j0);
@@ -147,6 +150,30 @@ struct Panels {
         } else {
           tile<V, MR, NV>(panel_args, j0, cols);
         }
+      }
+    }
+  }
+
+  // Rows [0, live) of a group of MR rows of x as float, interleaved: element
+  // k of row r at dst[k * MR + r]; rows from `live` on read as zeros.
+  template <typename V, int MR>
+  static void copy_group(const T* src, int64_t n, int64_t live, float* dst) {
+    constexpr int64_t W = V::kWidth;
+    if constexpr (W > 1) {
+      static_assert(MR <= W, "a group is transposed in W x W blocks");
+      for (int64_t k0 = 0; k0 < n; k0 += W) {
+        const int64_t depth = std::min(W, n - k0);
+        V block[W];
+        for (int64_t r = 0; r < W; ++r) {
+          const T* row = src + r * n + k0;
+          block[r] = r >= live ? V::broadcast(0.f) : (depth == W ? V::load(row) : V::load(row, depth, 0.f));
+        }
+        V::transpose(block);
+        for (int64_t t = 0; t < depth; ++t) block[t].store(dst + (k0 + t) * MR, MR);
+      }
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        for (int r = 0; r < MR; ++r) dst[k * MR + r] = r < live ? static_cast<float>(src[r * n + k]) : 0.f;
       }
     }
   }
@@ -177,7 +204,7 @@ struct Panels {
         for (int r = 0; r < MR; ++r)
           for (int v = 0; v < NV; ++v)
             acc[r][v] = first || g + r >= p.rows ? V::broadcast(0.f) : V::load(p.partial + (g + r) * NR + v * W);
-        micro_tile<V, MR, NV>(p.a + g * n + k0, n, p.slice, kc, acc);
+        micro_tile<V, MR, NV>(p.a + g * n + k0 * MR, p.slice, kc, acc);
         const int64_t live = std::min<int64_t>(MR, p.rows - g);
         for (int64_t r = 0; r < live; ++r) {
           if (!last) {
