@@ -50,21 +50,33 @@ Plan panel_plan(const PanelPlan& panels) {
   return p;
 }
 
-// The wgmma kernel's cluster plan: one tile per CTA up to 8 column tiles,
-// else two (clusters half as large pack the GPCs better); the other choice
-// when the preferred cluster size cannot be scheduled. `only` (1 or 2, from
-// an override) allows that choice alone.
+// Whether two tiles per CTA finish a cluster plan of up to 8 column tiles
+// first: clusters half as large fit more often, so fewer rounds, each
+// costing kWgmmaTwoTileRoundCost one-tile rounds.
+bool two_tiles_finish_first(int64_t col_tiles, int64_t row_blocks, const Device& d) {
+  const int one = d.wgmma[0].clusters[col_tiles];
+  const int two = d.wgmma[1].clusters[ceil_div(col_tiles, 2)];
+  if (one == 0 || two == 0) return false;
+  return kWgmmaTwoTileRoundCost * static_cast<double>(ceil_div(row_blocks, two)) <
+         static_cast<double>(ceil_div(row_blocks, one));
+}
+
+// The wgmma kernel's cluster plan: one tile per CTA up to 8 column tiles
+// (two where those finish first), else two (clusters half as large pack the
+// GPCs better); the other choice when the preferred cluster size cannot be
+// scheduled. `only` (1 or 2, from an override) allows that choice alone.
 bool wgmma_clusters(const Call& c, const Device& d, int only, RowBlockLaunch* out) {
   const int64_t col_tiles = ceil_div(c.n, kernels::wgmma::kColTile);
-  const int preferred = only != 0 ? only : col_tiles <= kWgmmaOneTileMaxColTiles ? 1 : 2;
+  const int64_t all_row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+  int preferred = only != 0 ? only : col_tiles <= kWgmmaOneTileMaxColTiles ? 1 : 2;
+  if (only == 0 && preferred == 1 && two_tiles_finish_first(col_tiles, all_row_blocks, d)) preferred = 2;
   for (const int tiles : {preferred, 3 - preferred}) {
     if (tiles < 1 || tiles > kernels::wgmma::kMaxTilesPerCta || (only != 0 && only != tiles)) continue;
     const int64_t ctas = ceil_div(col_tiles, tiles);
     if (ctas > kernels::kMaxClusterCtas) continue;
     const int clusters = d.wgmma[tiles - 1].clusters[ctas];
     if (clusters > 0) {
-      const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
-      *out = {tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, row_blocks))};
+      *out = {tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, all_row_blocks))};
       return true;
     }
   }
