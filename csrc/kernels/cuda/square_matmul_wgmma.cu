@@ -13,7 +13,9 @@
 // of the cluster it is done with the block (an mbarrier arrive over
 // distributed shared memory). Once all C are done, the store warp writes the
 // parked tile over x (TMA store) while the consumers' next block is already
-// loading, and a held tile goes from registers straight to x. Row-blocks of
+// loading; a held tile is parked in its turn once that store has read the
+// park, and stored the same way (from registers straight to x it took as
+// long as a tile's k-loop). Row-blocks of
 // different clusters are disjoint, so no grid-wide barrier and no global
 // counter are needed. Two tiles per CTA halve the cluster size, which packs
 // clusters into the GPCs better, and reach rows of 8192 (32 tiles over 16
@@ -29,7 +31,7 @@
 // compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
 // accumulators in registers). Shared memory: a 3-stage ring of 128 x 64
 // x-tiles and 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma
-// reads them), then the parked tile (four 128 x 64 TMA boxes). Variants
+// reads them), then the park (four 128 x 64 TMA boxes). Variants
 // tried and dropped are in docs/square_matmul.md.
 #include "make_inplace/kernels/square_matmul_wgmma.h"
 
@@ -86,11 +88,13 @@ struct BlockDone {
   uint32_t* counters;  // null in cluster mode
   int ctas;
 
-  __device__ __forceinline__ void arrive(int rb, int j) const {  // one thread per CTA
+  // By the lanes of one warp: lane q tells CTA q of the cluster (all at once;
+  // one thread arriving on each in turn took up to 7000 cycles at 8 CTAs).
+  __device__ __forceinline__ void arrive(int rb, int j, int lane) const {
     if (counters != nullptr) {
-      count_done(counters + rb);
-    } else {
-      for (int q = 0; q < ctas; ++q) sm90::mbar_arrive_in_cta(&bars[j & 1], q);
+      if (lane == 0) count_done(counters + rb);
+    } else if (lane < ctas) {
+      sm90::mbar_arrive_in_cta(&bars[j & 1], lane);
     }
   }
 
@@ -201,37 +205,16 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
   }
 }
 
-// Writes a 64-row half of a result tile (plus the bias in fp32) from the
-// accumulators straight over x, within rows x n.
-template <typename Elem>
-__device__ __forceinline__ void write_tile(const float (&acc)[128], void* x, int64_t rows, int n, int64_t row0,
-                                           int64_t col0, const void* bias, int half, int warp, int lane) {
-  const Elem* b = static_cast<const Elem*>(bias);
-  const int64_t row = row0 + half * 64 + warp * 16 + lane / 4;
-  uint16_t* top = static_cast<uint16_t*>(x) + row * n;
-  uint16_t* bottom = top + int64_t{8} * n;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int64_t col = col0 + i * 8 + (lane % 4) * 2;
-    if (col >= n) continue;
-    float b0 = 0.f, b1 = 0.f;
-    if (b != nullptr) b0 = to_acc(b[col]), b1 = to_acc(b[col + 1]);
-    if (row < rows) *reinterpret_cast<uint32_t*>(top + col) = pack_pair(Elem{}, acc[4 * i] + b0, acc[4 * i + 1] + b1);
-    if (row + 8 < rows) {
-      *reinterpret_cast<uint32_t*>(bottom + col) = pack_pair(Elem{}, acc[4 * i + 2] + b0, acc[4 * i + 3] + b1);
-    }
-  }
-}
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The column tiles CTA `rank` of a cluster of `ctas` computes in each
 // row-block: rank + t * ctas for t < kTiles, while below col_tiles. Tile 0
-// is parked in shared memory; with kTiles = 2, tile 1 is held in registers.
+// is parked in shared memory; with kTiles = 2, tile 1 is held in registers
+// until the park is free again. x itself is reached through x_map only.
 template <typename Elem, bool kWeightKMajor, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1)
     square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                               void* x, const void* bias, int64_t rows, int n, int col_tiles,
+                               const void* bias, int64_t rows, int n, int col_tiles,
                                uint32_t* counters, int group_ctas) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -242,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;
   uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster is done with it
   uint64_t* park_free = done + 2;    // the store warp has read the parked tile out
+  uint64_t* held_parked = park_free + 1;  // the consumers have parked their held tile
 
   // Counted mode: groups of group_ctas consecutive CTAs stand in for
   // clusters, and per-row-block counters for the cluster barriers.
@@ -265,6 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::mbar_init(&done[0], ctas);
     sm90::mbar_init(&done[1], ctas);
     sm90::mbar_init(park_free, 1);
+    sm90::mbar_init(held_parked, 1);
     sm90::mbar_init_fence();
   }
   cluster_sync();  // no CTA arrives on another's barriers before they exist
@@ -295,6 +280,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     } else if (warp == 1 && lane == 0) {  // TMA stores of the parked tiles
+      // Stores the park as column tile c of row-block rb, and frees it once read.
+      const auto store_park = [&](int c, int rb) {
+        for (int i = 0; i < kBN / kBoxCols && c * kBN + i * kBoxCols < n; ++i) {
+          tma_store(&x_map, park + i * kParkBoxBytes, c * kBN + i * kBoxCols, rb * kBM);
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        mbar_arrive(park_free);
+      };
+      const bool holds = kTiles == 2 && rank + ctas < col_tiles;
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
         block_done.wait(rb, j);
@@ -302,23 +297,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         // loads completed before its last wgmma); order those async-proxy
         // reads before the async-proxy writes below.
         asm volatile("fence.proxy.async.global;" ::: "memory");
-        if (rank < col_tiles) {
-          for (int i = 0; i < kBN / kBoxCols && rank * kBN + i * kBoxCols < n; ++i) {
-            tma_store(&x_map, park + i * kParkBoxBytes, rank * kBN + i * kBoxCols, rb * kBM);
-          }
+        store_park(rank, rb);
+        if (holds) {
+          mbar_wait(held_parked, j & 1);
+          store_park(rank + ctas, rb);
         }
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        mbar_arrive(park_free);
       }
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
-    int stage = 0, j = 0;
+    int stage = 0, j = 0, parks = 0;
     uint32_t phase = 0;
     float acc[128];
+    // Parks this warpgroup's half of acc as column tile c, once the store
+    // warp has read the park's previous tile out.
+    const auto park_acc = [&](int c) {
+      if (parks > 0) mbar_wait(park_free, (parks - 1) & 1);
+      park_tile<Elem>(acc, park, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+      ++parks;
+    };
     for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
       int held = -1;  // the column tile left in acc, if any
       for (int t = 0; t < kTiles && rank + t * ctas < col_tiles; ++t) {
@@ -352,19 +351,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (t == 1) {
           held = c;
         } else {
-          if (j > 0) mbar_wait(park_free, (j - 1) & 1);
-          park_tile<Elem>(acc, park, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+          park_acc(c);
         }
       }
       // Make the parked tile visible to TMA, then tell every CTA of the
       // cluster (this one included) that this CTA is done with the row-block.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-      if (threadIdx.x == 128) block_done.arrive(rb, j);
-      if (held >= 0) {  // wait until the whole cluster is done reading these rows
-        block_done.wait(rb, j);
-        write_tile<Elem>(acc, x, rows, n, static_cast<int64_t>(rb) * kBM, static_cast<int64_t>(held) * kBN, bias,
-                         half, warp, lane);
+      if (threadIdx.x / 32 == 4) block_done.arrive(rb, j, lane);
+      if (held >= 0) {
+        // The park is free once the first tile's store has read it, which
+        // the store warp issues only after the whole group is done with
+        // these rows: the held tile may follow it over x.
+        park_acc(held);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+        if (threadIdx.x == 128) mbar_arrive(held_parked);
       }
     }
   }
@@ -375,8 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, void*, const void*, int64_t, int, int, uint32_t*,
-                          int);
+using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const void*, int64_t, int, int, uint32_t*, int);
 
 template <typename Elem>
 KernelFn kernel_for(bool k_major, int tiles) {
@@ -515,7 +516,7 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = row_block_groups::launch_config(
       launch.groups * launch.group_ctas, kThreads, kSmemBytes, counted ? 0 : launch.group_ctas, stream, &attr);
-  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, launch.tiles_per_cta), x_map, w_map, x, bias, rows,
+  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, launch.tiles_per_cta), x_map, w_map, bias, rows,
                             static_cast<int>(n), col_tiles, counters, counted ? launch.group_ctas : 0);
 }
 
