@@ -38,10 +38,9 @@ constexpr double kWavesShareOfCublasOther = 0.5;
 constexpr int64_t kWgmmaMinTiles = 128;
 // Up to this many 256-column tiles a wgmma CTA computes one tile, else two.
 constexpr int64_t kWgmmaOneTileMaxColTiles = 8;
-// A cluster round with two tiles per CTA (the second held in registers until
-// the park is free) costs this many one-tile rounds: 2.0-2.27 at n = 1024 and
-// 2048 on an H100. Below 8 column tiles two tiles run where they need fewer
-// rounds by more than that (docs/routing.md).
+// A cluster round of two tiles per CTA costs this many rounds of one; up to
+// 8 column tiles, clusters take two tiles where they save more rounds than
+// that (docs/square_matmul.md).
 constexpr double kWgmmaTwoTileRoundCost = 2.3;
 // The FFMA kernel needs this many 128 x 128 result tiles to beat the other
 // routes: counted (every CTA resident) and in clusters (fewer fit at once).

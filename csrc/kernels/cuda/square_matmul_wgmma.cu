@@ -14,8 +14,7 @@
 // distributed shared memory). Once all C are done, the store warp writes the
 // parked tile over x (TMA store) while the consumers' next block is already
 // loading; a held tile is parked in its turn once that store has read the
-// park, and stored the same way (from registers straight to x it took as
-// long as a tile's k-loop). Row-blocks of
+// park, and stored the same way (written from registers it was slow). Row-blocks of
 // different clusters are disjoint, so no grid-wide barrier and no global
 // counter are needed. Two tiles per CTA halve the cluster size, which packs
 // clusters into the GPCs better, and reach rows of 8192 (32 tiles over 16
@@ -88,8 +87,8 @@ struct BlockDone {
   uint32_t* counters;  // null in cluster mode
   int ctas;
 
-  // By the lanes of one warp: lane q tells CTA q of the cluster (all at once;
-  // one thread arriving on each in turn took up to 7000 cycles at 8 CTAs).
+  // By the lanes of one warp: lane q tells CTA q of the cluster, all at once
+  // rather than one after another.
   __device__ __forceinline__ void arrive(int rb, int j, int lane) const {
     if (counters != nullptr) {
       if (lane == 0) count_done(counters + rb);
