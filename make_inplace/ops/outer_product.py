@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, validate_call
+from ._common import check_devices, fail, plain_call, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.outer_product
@@ -79,7 +79,8 @@ def outer_product(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None 
         >>> torch.allclose(out, a[..., :, None] * b[..., None, :])
         True
     """
-    validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
+    if not plain_call(out, a, b):
+        validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
     if out is not None:
         _forward(a, b, out=out)
         return out

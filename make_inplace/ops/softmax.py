@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, validate_call
+from ._common import check_devices, fail, plain_call, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.softmax_
@@ -120,9 +120,10 @@ def softmax_(
     """
     if not isinstance(dim, int):
         fail("softmax_", f"dim must be an int, got {type(dim).__name__}", TypeError)
-    validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
-    if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):
-        return _Softmax.apply(x, dim, scale, causal, mask)
+    if not plain_call(x, mask):
+        validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
+        if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):
+            return _Softmax.apply(x, dim, scale, causal, mask)
     if scale is None and not causal and mask is None:
         _op_default(x, dim)  # keywords cost ~2 us of host time per call
     elif not causal and mask is None:

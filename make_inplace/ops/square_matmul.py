@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, validate_call
+from ._common import check_devices, fail, plain_call, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.square_matmul_
@@ -76,14 +76,15 @@ def square_matmul_(
         >>> y is x and torch.allclose(y, expected, atol=1e-5)
         True
     """
-    validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
-    if torch.is_grad_enabled():
-        if weight.requires_grad:
-            fail("square_matmul_", "weight requires grad, but x is overwritten in place, so "
-                 "dW = x^T @ dy cannot be formed. Freeze the weight "
-                 "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
-        if x.requires_grad or (bias is not None and bias.requires_grad):
-            return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
+    if not plain_call(x, weight, bias):
+        validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
+        if torch.is_grad_enabled():
+            if weight.requires_grad:
+                fail("square_matmul_", "weight requires grad, but x is overwritten in place, so "
+                     "dW = x^T @ dy cannot be formed. Freeze the weight "
+                     "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
+            if x.requires_grad or (bias is not None and bias.requires_grad):
+                return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
     # Keyword arguments cost host time (~0.3 us each; the schema makes them keyword-only): pass only those set.
     if transpose:
         _op_default(x, weight, bias, transpose=True, workspace_bytes=workspace_bytes)

@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, validate_call
+from ._common import check_devices, fail, plain_call, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.trilinear_interpolation
@@ -93,7 +93,8 @@ def trilinear_interpolation(
         >>> make_inplace.trilinear_interpolation(feats, points, out=out) is out
         True
     """
-    validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
+    if not plain_call(out, feats, points):
+        validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
     if out is not None:
         _forward(feats, points, out=out)
         return out
