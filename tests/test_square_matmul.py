@@ -61,10 +61,49 @@ def test_cpu_row_kernel_on_wide_rows(n, transpose):
     check(x, w, b, transpose, workspace_bytes=0)
 
 
+# Threads with room on their stack take a 384 KiB panel and pack all of w once
+# (n <= 512, more rows than one panel); the others a 96 KiB panel.
+@pytest.mark.parametrize("n,rows", [(33, 7000), (257, 1000), (512, 900), (700, 500)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cpu_row_kernel_tall_panels(n, rows, dtype, transpose):
+    x, w, b = make(rows, n, dtype, "cpu", bias=True)
+    check(x, w, b, transpose, workspace_bytes=0)
+
+
+_SMALL_STACK_SCRIPT = """
+import threading, torch, make_inplace
+threading.stack_size(128 * 1024)
+errors = []
+def run():
+    for rows, n in [(13, 64), (900, 512), (100, 33)]:
+        x = torch.randn(rows, n)
+        w = torch.randn(n, n) / n**0.5
+        expected = x.double() @ w.double()
+        make_inplace.square_matmul_(x, w, workspace_bytes=0)
+        errors.append(((x.double() - expected).norm() / expected.norm()).item())
+thread = threading.Thread(target=run)
+thread.start()
+thread.join()
+assert len(errors) == 3 and max(errors) < 2e-5, errors
+"""
+
+
+def test_cpu_row_kernel_on_a_thread_with_a_small_stack():
+    """A 128 KiB thread stack cannot hold the panel: the buffers go to the heap
+    instead of overflowing the stack (which crashed the process)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SMALL_STACK_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 _ISA_SCRIPT = """
 import itertools, torch, make_inplace
-for n, rows, dtype, transpose, bias in itertools.product(
-        [1, 7, 33, 100, 257], [1, 13, 100], [torch.float32, torch.bfloat16, torch.float16], [False, True], [False, True]):
+for (n, rows), dtype, transpose, bias in itertools.product(
+        [*itertools.product([1, 7, 33, 100, 257], [1, 13, 100]), (257, 1000), (512, 900)],
+        [torch.float32, torch.bfloat16, torch.float16], [False, True], [False, True]):
     x = torch.randn(rows, n, dtype=dtype)
     w = (torch.randn(n, n) / n**0.5).to(dtype)
     b = torch.randn(n, dtype=dtype) if bias else None

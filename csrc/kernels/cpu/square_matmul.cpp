@@ -12,18 +12,21 @@
 // register tile of results accumulates over it. Slices past the first add
 // to a float tile on the stack; the last one adds the bias and writes x.
 // Half types compute in float32; float64 keeps a plain double loop. The
-// stack holds kPanelBytes + a slice + the partial tile (about 140 KiB); only
-// rows wider than kPanelBytes / 4 elements (float64: kStackDoubles) take one
-// heap row buffer per chunk instead.
+// stack holds the panel + a slice + the partial tile: about 140 KiB, or 464
+// KiB for a tall panel on a thread whose stack has that much room to spare.
+// Only rows wider than kPanelBytes / 4 elements (float64: kStackDoubles) take
+// one heap row buffer per chunk instead.
 #include "make_inplace/kernels/square_matmul.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cpu_rows.h"
+#include "cpu_stack.h"
 #include "make_inplace/kernels/cpu_parallel.h"
 
 namespace make_inplace::kernels {
@@ -55,10 +58,15 @@ struct Tile<cpu::VecAvx512> {
 #endif
 constexpr int64_t kTallTileFromWidth = 256;
 
-constexpr int64_t kPanelBytes = 96 * 1024;  // the copied rows (float)
-constexpr int64_t kKc = 256;                // depth of a packed slice of w
-constexpr int64_t kMaxNr = 32;              // widest tile (AVX-512: 2 x 16)
-constexpr int64_t kMaxPanelRowsSliced = kPanelBytes / (4 * (kKc + 1));  // panel rows when n > kKc
+constexpr int64_t kPanelBytes = 96 * 1024;       // the copied rows (float) on any thread
+constexpr int64_t kTallPanelBytes = 384 * 1024;  // ... where the thread's stack has room
+constexpr int64_t kStackMargin = 64 * 1024;      // left for the frames the kernel calls
+constexpr int64_t kKc = 256;                     // depth of a packed slice of w
+constexpr int64_t kPackedWFloats = 512 * 512;    // all of w packed, with a tall panel
+constexpr int64_t kMaxNr = 32;                   // widest tile (AVX-512: 2 x 16)
+
+// Most panel rows when n > kKc: the partial tile's height.
+constexpr int64_t panel_rows_sliced(int64_t panel_bytes) { return panel_bytes / (4 * (kKc + 1)); }
 
 struct Call {
   void* x;
@@ -97,24 +105,38 @@ inline void micro_tile(const float* a, const float* b, int64_t kc, V (&acc)[MR][
     for (int v = 0; v < NV; ++v) acc[r][v] = c[r][v];
 }
 
+// A panel of PB bytes of copied rows with its packed slice of w and partial
+// tile: on the stack where it fits, else (threads with small stacks) on the
+// heap. The tall panel's buffers also hold all of w packed (n <= 512), so a
+// thread packs w once per call instead of once per panel.
+template <int64_t PB>
+struct Buffers {
+  static constexpr int64_t kPanelFloats = PB / 4;
+  static constexpr int64_t kPackedFloats = PB == kTallPanelBytes ? kPackedWFloats : 1;
+  alignas(64) float panel[kPanelFloats];
+  alignas(64) float slice[kKc * kMaxNr];
+  alignas(64) float partial[panel_rows_sliced(PB) * kMaxNr];
+  alignas(64) float packed[kPackedFloats];
+};
+
 template <typename T>
-struct Panels {
-  template <typename V>
-  static void run(const Call* c, int64_t begin, int64_t end) {
-    // Panel rows: as many as the stack buffer holds. Rows so wide that fewer
-    // than MR fit take a shorter register tile; wider than the whole buffer,
-    // one row at a time from the heap.
+struct PanelKernel {
+  // Panel rows: as many as the buffer holds. Rows so wide that fewer than MR
+  // fit take a shorter register tile; wider than the whole buffer, one row at
+  // a time from the heap.
+  template <typename V, int64_t PB>
+  static void run(const Call* c, int64_t begin, int64_t end, Buffers<PB>& b) {
     constexpr int MR = Tile<V>::kRows, NARROW = Tile<V>::kNarrowRows;
-    const int64_t fit = kPanelBytes / (4 * c->n);
-    if (MR != NARROW && c->n < kTallTileFromWidth) return run_panels<V, NARROW>(c, begin, end, fit / NARROW * NARROW);
-    if (fit >= MR) return run_panels<V, MR>(c, begin, end, fit / MR * MR);
-    if (fit >= 4) return run_panels<V, 4>(c, begin, end, fit / 4 * 4);
-    if (fit >= 2) return run_panels<V, 2>(c, begin, end, fit / 2 * 2);
-    run_panels<V, 1>(c, begin, end, 1);
+    const int64_t fit = PB / (4 * c->n);
+    if (MR != NARROW && c->n < kTallTileFromWidth) return run_panels<V, NARROW>(c, begin, end, fit / NARROW * NARROW, b);
+    if (fit >= MR) return run_panels<V, MR>(c, begin, end, fit / MR * MR, b);
+    if (fit >= 4) return run_panels<V, 4>(c, begin, end, fit / 4 * 4, b);
+    if (fit >= 2) return run_panels<V, 2>(c, begin, end, fit / 2 * 2, b);
+    run_panels<V, 1>(c, begin, end, 1, b);
   }
 
-  template <typename V, int MR>
-  static void run_panels(const Call* c, int64_t begin, int64_t end, int64_t panel_rows) {
+  template <typename V, int MR, int64_t PB>
+  static void run_panels(const Call* c, int64_t begin, int64_t end, int64_t panel_rows, Buffers<PB>& b) {
     constexpr int NV = Tile<V>::kVecs;
     constexpr int64_t W = V::kWidth, NR = NV * W;
     static_assert(NR <= kMaxNr, "tile wider than the partial-sum buffer");
@@ -123,16 +145,27 @@ struct Panels {
     const T* w = static_cast<const T*>(c->w);
     const T* bias = static_cast<const T*>(c->bias);
 
-    alignas(64) float stack_panel[kPanelBytes / 4];
     std::vector<float> heap_panel;
-    float* panel = stack_panel;
-    if (panel_rows * n > kPanelBytes / 4) {
+    float* panel = b.panel;
+    if (panel_rows * n > Buffers<PB>::kPanelFloats) {
       heap_panel.resize(static_cast<size_t>(panel_rows * n));
       panel = heap_panel.data();
     }
-    alignas(64) float slice[kKc * kMaxNr];
-    alignas(64) float partial[kMaxPanelRowsSliced * kMaxNr];
+    float* const slice = b.slice;
+    float* const partial = b.partial;
     if (n > kKc) std::fill(partial, partial + panel_rows * NR, 0.f);  // read only past the first slice
+    const float* packed = nullptr;
+    if (Buffers<PB>::kPackedFloats >= n * ((n + W - 1) / W * W) && end - begin > panel_rows) {
+      for (int64_t j0 = 0; j0 < n; j0 += NR) {
+        const int64_t cols = std::min(NR, n - j0);
+        if (NV > 1 && cols <= W) {
+          pack_slice<V, 1>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+        } else {
+          pack_slice<V, NV>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+        }
+      }
+      packed = b.packed;
+    }
 
     for (int64_t p0 = begin; p0 < end; p0 += panel_rows) {
       const int64_t rows = std::min(panel_rows, end - p0);
@@ -141,7 +174,7 @@ struct Panels {
       for (int64_t g = 0; g < padded; g += MR) {
         copy_group<V, MR>(x + (p0 + g) * n, n, std::min<int64_t>(MR, rows - g), panel + g * n);
       }
-      const Panel panel_args{x + p0 * n, w, bias, n, c->transpose, rows, padded, panel, slice, partial};
+      const Panel panel_args{x + p0 * n, w, bias, n, c->transpose, rows, padded, panel, packed, slice, partial};
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t cols = std::min(NR, n - j0);
         // A last tile of at most one vector's columns runs one vector wide.
@@ -186,6 +219,7 @@ struct Panels {
     bool transpose;
     int64_t rows, padded;  // live rows; rows rounded up to the tile's MR
     const float* a;        // the panel's copy, padded rows zero
+    const float* packed;   // all of w packed (the tile at j0 from j0 * n), or null
     float* slice;
     float* partial;
   };
@@ -198,13 +232,14 @@ struct Panels {
     for (int64_t k0 = 0; k0 < n; k0 += kKc) {
       const int64_t kc = std::min(kKc, n - k0);
       const bool first = k0 == 0, last = k0 + kc == n;
-      pack_slice<V, NV>(p.w, n, j0, cols, k0, kc, p.transpose, p.slice);
+      const float* slice = p.packed ? p.packed + j0 * n + k0 * NR : p.slice;
+      if (!p.packed) pack_slice<V, NV>(p.w, n, j0, cols, k0, kc, p.transpose, p.slice);
       for (int64_t g = 0; g < p.padded; g += MR) {
         V acc[MR][NV];
         for (int r = 0; r < MR; ++r)
           for (int v = 0; v < NV; ++v)
             acc[r][v] = first || g + r >= p.rows ? V::broadcast(0.f) : V::load(p.partial + (g + r) * NR + v * W);
-        micro_tile<V, MR, NV>(p.a + g * n + k0 * MR, p.slice, kc, acc);
+        micro_tile<V, MR, NV>(p.a + g * n + k0 * MR, slice, kc, acc);
         const int64_t live = std::min<int64_t>(MR, p.rows - g);
         for (int64_t r = 0; r < live; ++r) {
           if (!last) {
@@ -261,6 +296,42 @@ struct Panels {
   }
 };
 
+// Where a thread's buffers live: PB bytes of panel on its stack, or (PB = 0,
+// threads with small stacks) a short panel's buffers on the heap.
+template <typename T, int64_t PB>
+struct Panels {
+  template <typename V>
+  static void run(const Call* c, int64_t begin, int64_t end) {
+    if constexpr (PB == 0) {
+      const auto buffers = std::make_unique<Buffers<kPanelBytes>>();
+      PanelKernel<T>::template run<V>(c, begin, end, *buffers);
+    } else {
+      Buffers<PB> buffers;
+      PanelKernel<T>::template run<V>(c, begin, end, buffers);
+    }
+  }
+};
+
+// The panel size for a thread's chunk of `rows` rows: the tall panel repacks w
+// four times less often (at n = 512 the packing is a tenth of the time with
+// the short one) where the stack has room for it.
+inline int64_t panel_bytes(int64_t rows, int64_t n) {
+  const int64_t room = cpu::stack_room();
+  if (rows * n * 4 > kPanelBytes && room >= int64_t{sizeof(Buffers<kTallPanelBytes>)} + kStackMargin) {
+    return kTallPanelBytes;
+  }
+  return room < 0 || room >= int64_t{sizeof(Buffers<kPanelBytes>)} + kStackMargin ? kPanelBytes : 0;
+}
+
+template <typename T>
+void run_chunk(const Call* c, int64_t begin, int64_t end) {
+  switch (panel_bytes(end - begin, c->n)) {
+    case kTallPanelBytes: return cpu::run_best<Panels<T, kTallPanelBytes>>(c, begin, end);
+    case kPanelBytes: return cpu::run_best<Panels<T, kPanelBytes>>(c, begin, end);
+    default: return cpu::run_best<Panels<T, 0>>(c, begin, end);
+  }
+}
+
 // float64: one row at a time in double, n accumulators per chunk (on the
 // stack up to kStackDoubles, else on the heap).
 constexpr int64_t kStackDoubles = 8192;
@@ -302,13 +373,13 @@ int square_matmul_rowwise(ScalarKind kind, void* x, const void* w, const void* b
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 19) / (n * n));
   switch (kind) {
     case ScalarKind::kFloat16:
-      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<c10::Half>>(&call, b, e); });
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { run_chunk<c10::Half>(&call, b, e); });
       return 0;
     case ScalarKind::kBFloat16:
-      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<c10::BFloat16>>(&call, b, e); });
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { run_chunk<c10::BFloat16>(&call, b, e); });
       return 0;
     case ScalarKind::kFloat32:
-      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { cpu::run_best<Panels<float>>(&call, b, e); });
+      cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { run_chunk<float>(&call, b, e); });
       return 0;
     case ScalarKind::kFloat64:
       cpu_parallel_for(rows, grain, [&](int64_t b, int64_t e) { rows_double(call, b, e); });
