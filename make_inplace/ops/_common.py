@@ -172,18 +172,25 @@ def plain_call(written: Optional[torch.Tensor], *read: Optional[torch.Tensor]) -
     """Whether no Python-side check could fail and no autograd path applies.
 
     True in eager mode when every tensor is a plain ``torch.Tensor`` (no
-    DTensor or fake subclass), none requires grad, and ``written`` is not an
-    inference tensor outside inference mode. The ops then skip
-    ``validate_call`` (~0.9 us a call); devices are still checked by the
-    kernels and, for meta tensors, by the fake kernels.
+    DTensor or fake subclass), none requires grad, all share a device index
+    (CPU and ``meta`` share -1: a ``meta`` mix reaches the fake kernels, which
+    check devices), and ``written`` is not an inference tensor outside
+    inference mode. The ops then skip ``validate_call`` (~0.9 us a call).
     """
     if _is_compiling():
         return False
-    if written is not None and (
-        type(written) is not _Tensor or written.requires_grad or (written.is_inference() and not _inference_mode())
-    ):
-        return False
+    device = None
+    if written is not None:
+        if type(written) is not _Tensor or written.requires_grad or (written.is_inference() and not _inference_mode()):
+            return False
+        device = written.get_device()
     for t in read:
-        if t is not None and (type(t) is not _Tensor or t.requires_grad):
+        if t is None:
+            continue
+        if type(t) is not _Tensor or t.requires_grad:
+            return False
+        if device is None:
+            device = t.get_device()
+        elif t.get_device() != device:
             return False
     return True
