@@ -6,7 +6,9 @@
 //
 // Conventions: a mutated tensor is annotated (a!) and mutating ops return ();
 // the Python wrappers return the mutated tensor. Results that go to a
-// caller-owned buffer take it as a keyword `out`-style mutable argument.
+// caller-owned buffer take it as a keyword `out`-style mutable argument. Other
+// options stay positional: from Python each keyword argument costs ~0.4 us of
+// host time per call, a positional one next to nothing.
 #include <torch/library.h>
 
 #include <cstring>
@@ -18,11 +20,11 @@ namespace {
 
 constexpr const char* kSchemas[] = {
     // x <- x @ weight (+ bias), or x @ weight.T with transpose=True.
-    "square_matmul_(Tensor(a!) x, Tensor weight, Tensor? bias=None, *, "
+    "square_matmul_(Tensor(a!) x, Tensor weight, Tensor? bias=None, "
     "bool transpose=False, int? workspace_bytes=None) -> ()",
     // x <- softmax(x * scale, dim), optionally causal-masked and/or with an
     // additive mask broadcastable to x.
-    "softmax_(Tensor(a!) x, int dim=-1, *, float? scale=None, "
+    "softmax_(Tensor(a!) x, int dim=-1, float? scale=None, "
     "bool causal=False, Tensor? mask=None) -> ()",
     // grad_input = scale * y * (grad_output - sum(grad_output * y, dim)).
     "softmax_backward(Tensor grad_output, Tensor output, int dim, "

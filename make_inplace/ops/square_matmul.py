@@ -8,12 +8,11 @@ from .. import _loader
 from ._common import check_devices, fail, plain_call, validate_call
 
 _loader.load()
-_op = torch.ops.make_inplace.square_matmul_
-_op_default = _op.default
+_op_default = torch.ops.make_inplace.square_matmul_.default
 
 
 @torch.library.register_fake("make_inplace::square_matmul_")
-def _(x, weight, bias=None, *, transpose=False, workspace_bytes=None):
+def _(x, weight, bias=None, transpose=False, workspace_bytes=None):
     check_devices("square_matmul_", ("x", x), ("weight", weight), ("bias", bias))
     return None
 
@@ -23,7 +22,7 @@ class _SquareMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, transpose, workspace_bytes):
-        _op(x, weight, bias, transpose=transpose, workspace_bytes=workspace_bytes)
+        _op_default(x, weight, bias, transpose, workspace_bytes)
         ctx.mark_dirty(x)
         ctx.save_for_backward(weight)
         ctx.transpose = transpose
@@ -85,11 +84,9 @@ def square_matmul_(
                      "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
             if x.requires_grad or (bias is not None and bias.requires_grad):
                 return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
-    # Keyword arguments cost host time (~0.3 us each; the schema makes them keyword-only): pass only those set.
-    if transpose:
-        _op_default(x, weight, bias, transpose=True, workspace_bytes=workspace_bytes)
-    elif workspace_bytes is None:
-        _op_default(x, weight, bias)
+    # Positional (keywords cost ~0.4 us each), and only as many as are set.
+    if transpose or workspace_bytes is not None:
+        _op_default(x, weight, bias, transpose, workspace_bytes)
     else:
-        _op_default(x, weight, bias, workspace_bytes=workspace_bytes)
+        _op_default(x, weight, bias)
     return x

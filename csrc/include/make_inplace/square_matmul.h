@@ -76,7 +76,7 @@ inline square_matmul::Call square_matmul_call(const at::Tensor& x, const SquareW
   c.w_aligned16 = aligned16(w.matrix.const_data_ptr());
   c.bias_aligned16 = !(bias.has_value() && bias->defined()) || aligned16(bias->const_data_ptr());
   c.workspace_bound = square_matmul::workspace_bound(static_cast<int64_t>(x.nbytes()), workspace_bytes);
-  c.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+  c.allow_tf32 = x.is_cuda() && at::globalContext().allowTF32CuBLAS();  // a locked lookup: not for CPU calls
   return c;
 }
 
