@@ -71,6 +71,17 @@ def test_cpu_row_kernel_tall_panels(n, rows, dtype, transpose):
     check(x, w, b, transpose, workspace_bytes=0)
 
 
+# float32 rows of up to 64 elements (AVX-512) are computed whole in registers,
+# 6 rows at a time, without a panel copy: every column count of 1-4 vectors,
+# every remainder of rows.
+@pytest.mark.parametrize("n", [1, 16, 17, 48, 63, 64, 65])
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 1000])
+@pytest.mark.parametrize("transpose,bias", [(False, False), (True, True)])
+def test_cpu_register_rows(n, rows, transpose, bias):
+    x, w, b = make(rows, n, torch.float32, "cpu", bias=bias)
+    check(x, w, b, transpose, workspace_bytes=0)
+
+
 _SMALL_STACK_SCRIPT = """
 import threading, torch, make_inplace
 threading.stack_size(128 * 1024)

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_rows.h"
@@ -296,6 +297,89 @@ struct PanelKernel {
   }
 };
 
+// Rows of at most kRegisterWidth elements (AVX-512): each group of MR rows is
+// computed whole in registers (up to 6 x 4 vectors), broadcasting straight
+// from x, and written back over the same rows, so no panel copy is needed
+// (at n = 64 the copy's transposes cost a third of the product). w is packed
+// once per chunk into a float [k][NR] stack buffer (16 KiB), transposed for w^T.
+constexpr int64_t kRegisterWidth = 64;
+constexpr int kRegisterRows = 6;
+
+inline bool register_rows_fit(int64_t n) {
+#if MAKE_INPLACE_CPU_X86
+  return n <= kRegisterWidth && cpu_isa() == CpuIsa::kAvx512;
+#else
+  return false;
+#endif
+}
+
+template <typename T>
+struct RegisterRows {
+  template <typename V>
+  static void run(const Call* c, int64_t begin, int64_t end) {
+    constexpr int64_t W = V::kWidth;
+    if constexpr (W * 4 >= kRegisterWidth) {
+      switch ((c->n + W - 1) / W) {
+        case 1: return run_nv<V, 1>(c, begin, end);
+        case 2: return run_nv<V, 2>(c, begin, end);
+        case 3: return run_nv<V, 3>(c, begin, end);
+        default: return run_nv<V, 4>(c, begin, end);
+      }
+    }
+  }
+
+  template <typename V, int NV>
+  static void run_nv(const Call* c, int64_t begin, int64_t end) {
+    constexpr int64_t W = V::kWidth, NR = NV * W;
+    const int64_t n = c->n;
+    alignas(64) float packed[kRegisterWidth * NR];
+    PanelKernel<T>::template pack_slice<V, NV>(static_cast<const T*>(c->w), n, 0, n, 0, n, c->transpose, packed);
+    T* x = static_cast<T*>(c->x);
+    const T* bias = static_cast<const T*>(c->bias);
+    int64_t r = begin;
+    for (; r + kRegisterRows <= end; r += kRegisterRows) group<V, NV, kRegisterRows>(x + r * n, n, packed, bias);
+    switch (end - r) {
+      case 5: return group<V, NV, 5>(x + r * n, n, packed, bias);
+      case 4: return group<V, NV, 4>(x + r * n, n, packed, bias);
+      case 3: return group<V, NV, 3>(x + r * n, n, packed, bias);
+      case 2: return group<V, NV, 2>(x + r * n, n, packed, bias);
+      case 1: return group<V, NV, 1>(x + r * n, n, packed, bias);
+      default: return;
+    }
+  }
+
+  template <typename V, int NV, int MR>
+  static void group(T* x, int64_t n, const float* packed, const T* bias) {
+    constexpr int64_t W = V::kWidth, NR = NV * W;
+    V acc[MR][NV];
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::broadcast(0.f);
+    for (int64_t k = 0; k < n; ++k) {
+      V b[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) b[v] = V::load(packed + k * NR + v * W);
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) {
+        const V a = V::broadcast(static_cast<float>(x[r * n + k]));
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      for (int v = 0; v < NV; ++v) {
+        const int64_t count = std::min<int64_t>(W, n - v * W);
+        V y = acc[r][v];
+        if (bias) y = y + cpu::load_n<V>(bias + v * W, count);
+        if (count == W) {
+          y.store(x + r * n + v * W);
+        } else {
+          y.store(x + r * n + v * W, count);
+        }
+      }
+    }
+  }
+};
+
 // Where a thread's buffers live: PB bytes of panel on its stack, or (PB = 0,
 // threads with small stacks) a short panel's buffers on the heap.
 template <typename T, int64_t PB>
@@ -325,6 +409,9 @@ inline int64_t panel_bytes(int64_t rows, int64_t n) {
 
 template <typename T>
 void run_chunk(const Call* c, int64_t begin, int64_t end) {
+  // Half types keep the panels: their copy converts to float once per element,
+  // where the register rows would convert each broadcast.
+  if (std::is_same_v<T, float> && register_rows_fit(c->n)) return cpu::run_best<RegisterRows<T>>(c, begin, end);
   switch (panel_bytes(end - begin, c->n)) {
     case kTallPanelBytes: return cpu::run_best<Panels<T, kTallPanelBytes>>(c, begin, end);
     case kPanelBytes: return cpu::run_best<Panels<T, kPanelBytes>>(c, begin, end);
