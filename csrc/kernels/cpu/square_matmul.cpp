@@ -12,10 +12,12 @@
 // register tile of results accumulates over it. Slices past the first add
 // to a float tile on the stack; the last one adds the bias and writes x.
 // Half types compute in float32; float64 keeps a plain double loop. The
-// stack holds the panel + a slice + the partial tile: about 140 KiB, or 464
-// KiB for a tall panel on a thread whose stack has that much room to spare.
-// Only rows wider than kPanelBytes / 4 elements (float64: kStackDoubles) take
-// one heap row buffer per chunk instead.
+// stack holds the panel + a slice + the partial tile: about 140 KiB, or 1.5
+// MiB for a tall panel with all of w packed, on a thread whose stack has that
+// much room to spare (on the heap where not even the first fits). Only rows
+// wider than kPanelBytes / 4 elements (float64: kStackDoubles) take one heap
+// row buffer per chunk instead. float32 rows of at most 64 elements skip the
+// panel on AVX-512: each group of rows fits in registers whole (RegisterRows).
 #include "make_inplace/kernels/square_matmul.h"
 
 #include <c10/util/BFloat16.h>
@@ -77,12 +79,12 @@ struct Call {
   bool transpose;
 };
 
-// acc[r][v] += a[k * MR + r] * b[k * NR + v * W + lane] over k < kc (a: a
-// group's interleaved copy, b: the packed slice). The accumulators are copied
-// to a local array whose address never escapes, so the compiler keeps all of
+// acc[r][v] += a(k, r) * b[k * NR + v * W + lane] over k < kc (a: element k
+// of row r of the group, b: the packed slice). The accumulators are copied to
+// a local array whose address never escapes, so the compiler keeps all of
 // them in registers across the k loop.
-template <typename V, int MR, int NV>
-inline void micro_tile(const float* a, const float* b, int64_t kc, V (&acc)[MR][NV]) {
+template <typename V, int MR, int NV, typename A>
+inline void micro_tile(const A& a, const float* b, int64_t kc, V (&acc)[MR][NV]) {
   constexpr int64_t W = V::kWidth, NR = NV * W;
   V c[MR][NV];
 #pragma GCC unroll 16
@@ -95,7 +97,7 @@ inline void micro_tile(const float* a, const float* b, int64_t kc, V (&acc)[MR][
     for (int v = 0; v < NV; ++v) bv[v] = V::load(b + k * NR + v * W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const V av = V::broadcast(a[k * MR + r]);
+      const V av = V::broadcast(a(k, r));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) c[r][v] = V::fma(av, bv[v], c[r][v]);
     }
@@ -240,7 +242,8 @@ struct PanelKernel {
         for (int r = 0; r < MR; ++r)
           for (int v = 0; v < NV; ++v)
             acc[r][v] = first || g + r >= p.rows ? V::broadcast(0.f) : V::load(p.partial + (g + r) * NR + v * W);
-        micro_tile<V, MR, NV>(p.a + g * n + k0 * MR, slice, kc, acc);
+        const float* a = p.a + g * n + k0 * MR;  // the group's interleaved copy
+        micro_tile<V, MR, NV>([a](int64_t k, int r) { return a[k * MR + r]; }, slice, kc, acc);
         const int64_t live = std::min<int64_t>(MR, p.rows - g);
         for (int64_t r = 0; r < live; ++r) {
           if (!last) {
@@ -350,21 +353,11 @@ struct RegisterRows {
 
   template <typename V, int NV, int MR>
   static void group(T* x, int64_t n, const float* packed, const T* bias) {
-    constexpr int64_t W = V::kWidth, NR = NV * W;
+    constexpr int64_t W = V::kWidth;
     V acc[MR][NV];
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < NV; ++v) acc[r][v] = V::broadcast(0.f);
-    for (int64_t k = 0; k < n; ++k) {
-      V b[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) b[v] = V::load(packed + k * NR + v * W);
-#pragma GCC unroll 6
-      for (int r = 0; r < MR; ++r) {
-        const V a = V::broadcast(static_cast<float>(x[r * n + k]));
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
-      }
-    }
+    micro_tile<V, MR, NV>([x, n](int64_t k, int r) { return static_cast<float>(x[r * n + k]); }, packed, n, acc);
     for (int r = 0; r < MR; ++r) {
       for (int v = 0; v < NV; ++v) {
         const int64_t count = std::min<int64_t>(W, n - v * W);
