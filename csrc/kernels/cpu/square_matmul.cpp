@@ -158,16 +158,18 @@ struct PanelKernel {
     float* const partial = b.partial;
     if (n > kKc) std::fill(partial, partial + panel_rows * NR, 0.f);  // read only past the first slice
     const float* packed = nullptr;
-    if (Buffers<PB>::kPackedFloats >= n * ((n + W - 1) / W * W) && end - begin > panel_rows) {
-      for (int64_t j0 = 0; j0 < n; j0 += NR) {
-        const int64_t cols = std::min(NR, n - j0);
-        if (NV > 1 && cols <= W) {
-          pack_slice<V, 1>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
-        } else {
-          pack_slice<V, NV>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+    if constexpr (Buffers<PB>::kPackedFloats > 1) {
+      if (Buffers<PB>::kPackedFloats >= n * ((n + W - 1) / W * W) && end - begin > panel_rows) {
+        for (int64_t j0 = 0; j0 < n; j0 += NR) {
+          const int64_t cols = std::min(NR, n - j0);
+          if (NV > 1 && cols <= W) {
+            pack_slice<V, 1>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+          } else {
+            pack_slice<V, NV>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+          }
         }
+        packed = b.packed;
       }
-      packed = b.packed;
     }
 
     for (int64_t p0 = begin; p0 < end; p0 += panel_rows) {
