@@ -406,7 +406,9 @@ template <typename T>
 void run_chunk(const Call* c, int64_t begin, int64_t end) {
   // Half types keep the panels: their copy converts to float once per element,
   // where the register rows would convert each broadcast.
-  if (std::is_same_v<T, float> && register_rows_fit(c->n)) return cpu::run_best<RegisterRows<T>>(c, begin, end);
+  if constexpr (std::is_same_v<T, float>) {
+    if (register_rows_fit(c->n)) return cpu::run_best<RegisterRows<T>>(c, begin, end);
+  }
   switch (panel_bytes(end - begin, c->n)) {
     case kTallPanelBytes: return cpu::run_best<Panels<T, kTallPanelBytes>>(c, begin, end);
     case kPanelBytes: return cpu::run_best<Panels<T, kPanelBytes>>(c, begin, end);
