@@ -73,8 +73,9 @@ def test_cpu_row_kernel_tall_panels(n, rows, dtype, transpose):
 
 # float32 rows of up to 64 elements (AVX-512) are computed whole in registers,
 # 6 rows at a time, without a panel copy: every column count of 1-4 vectors,
-# every remainder of rows.
-@pytest.mark.parametrize("n", [1, 16, 17, 48, 63, 64, 65])
+# every remainder of rows, and one to three last columns as dot products
+# (17, 33-35, 49, 51; 18 keeps a vector).
+@pytest.mark.parametrize("n", [1, 16, 17, 18, 33, 34, 35, 48, 49, 51, 63, 64, 65])
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 1000])
 @pytest.mark.parametrize("transpose,bias", [(False, False), (True, True)])
 def test_cpu_register_rows(n, rows, transpose, bias):

@@ -307,8 +307,12 @@ struct PanelKernel {
 // from x, and written back over the same rows, so no panel copy is needed
 // (at n = 64 the copy's transposes cost a third of the product). w is packed
 // once per chunk into a float [k][NR] stack buffer (16 KiB), transposed for w^T.
+// A last vector with only a column or two (n = 33) would cost n FMAs per row
+// for them; those columns are dot products of the row with w's column instead.
 constexpr int64_t kRegisterWidth = 64;
 constexpr int kRegisterRows = 6;
+constexpr int64_t kMaxDotColumns = 3;
+constexpr int64_t kDotReduceCost = 8;  // FMAs' worth of a horizontal sum (fits n = 17-51 measured)
 
 inline bool register_rows_fit(int64_t n) {
 #if MAKE_INPLACE_CPU_X86
@@ -318,48 +322,99 @@ inline bool register_rows_fit(int64_t n) {
 #endif
 }
 
+// Whether the last n % width columns go cheaper as dot products (each: one FMA
+// per vector of the row and a horizontal sum) than as one more broadcast vector
+// (n FMAs a row).
+constexpr bool dot_columns_pay(int64_t n, int64_t width) {
+  const int64_t full = n / width, rest = n % width;
+  return full >= 1 && rest >= 1 && rest <= kMaxDotColumns && rest * (full + 1 + kDotReduceCost) < n;
+}
+
 template <typename T>
 struct RegisterRows {
   template <typename V>
   static void run(const Call* c, int64_t begin, int64_t end) {
     constexpr int64_t W = V::kWidth;
     if constexpr (W * 4 >= kRegisterWidth) {
+      if (dot_columns_pay(c->n, W)) {
+        switch (c->n / W) {
+          case 1: return run_nv<V, 1, true>(c, begin, end);
+          case 2: return run_nv<V, 2, true>(c, begin, end);
+          default: return run_nv<V, 3, true>(c, begin, end);
+        }
+      }
       switch ((c->n + W - 1) / W) {
-        case 1: return run_nv<V, 1>(c, begin, end);
-        case 2: return run_nv<V, 2>(c, begin, end);
-        case 3: return run_nv<V, 3>(c, begin, end);
-        default: return run_nv<V, 4>(c, begin, end);
+        case 1: return run_nv<V, 1, false>(c, begin, end);
+        case 2: return run_nv<V, 2, false>(c, begin, end);
+        case 3: return run_nv<V, 3, false>(c, begin, end);
+        default: return run_nv<V, 4, false>(c, begin, end);
       }
     }
   }
 
-  template <typename V, int NV>
+  // The columns past the NV broadcast vectors (Dots) are each w's column as
+  // a row of k, zero-padded to NV + 1 vectors.
+  template <bool Dots>
+  struct Packed {
+    static constexpr int64_t kDotFloats = Dots ? kMaxDotColumns * kRegisterWidth : 1;
+    alignas(64) float w[kRegisterWidth * kRegisterWidth];
+    alignas(64) float dot_w[kDotFloats];
+    int64_t dots;
+  };
+
+  template <typename V, int NV, bool Dots>
   static void run_nv(const Call* c, int64_t begin, int64_t end) {
-    constexpr int64_t W = V::kWidth, NR = NV * W;
+    constexpr int64_t W = V::kWidth;
     const int64_t n = c->n;
-    alignas(64) float packed[kRegisterWidth * NR];
-    PanelKernel<T>::template pack_slice<V, NV>(static_cast<const T*>(c->w), n, 0, n, 0, n, c->transpose, packed);
+    const T* w = static_cast<const T*>(c->w);
+    Packed<Dots> p;
+    PanelKernel<T>::template pack_slice<V, NV>(w, n, 0, Dots ? NV * W : n, 0, n, c->transpose, p.w);
+    p.dots = Dots ? n - NV * W : 0;
+    if constexpr (Dots) {
+      for (int64_t j = 0; j < p.dots; ++j) {
+        const int64_t col = NV * W + j;
+        float* dst = p.dot_w + j * kRegisterWidth;
+        for (int64_t k = 0; k < (NV + 1) * W; ++k) {
+          dst[k] = k >= n ? 0.f : static_cast<float>(c->transpose ? w[col * n + k] : w[k * n + col]);
+        }
+      }
+    }
     T* x = static_cast<T*>(c->x);
     const T* bias = static_cast<const T*>(c->bias);
     int64_t r = begin;
-    for (; r + kRegisterRows <= end; r += kRegisterRows) group<V, NV, kRegisterRows>(x + r * n, n, packed, bias);
+    for (; r + kRegisterRows <= end; r += kRegisterRows) group<V, NV, kRegisterRows>(x + r * n, n, p, bias);
     switch (end - r) {
-      case 5: return group<V, NV, 5>(x + r * n, n, packed, bias);
-      case 4: return group<V, NV, 4>(x + r * n, n, packed, bias);
-      case 3: return group<V, NV, 3>(x + r * n, n, packed, bias);
-      case 2: return group<V, NV, 2>(x + r * n, n, packed, bias);
-      case 1: return group<V, NV, 1>(x + r * n, n, packed, bias);
+      case 5: return group<V, NV, 5>(x + r * n, n, p, bias);
+      case 4: return group<V, NV, 4>(x + r * n, n, p, bias);
+      case 3: return group<V, NV, 3>(x + r * n, n, p, bias);
+      case 2: return group<V, NV, 2>(x + r * n, n, p, bias);
+      case 1: return group<V, NV, 1>(x + r * n, n, p, bias);
       default: return;
     }
   }
 
-  template <typename V, int NV, int MR>
-  static void group(T* x, int64_t n, const float* packed, const T* bias) {
+  template <typename V, int NV, int MR, bool Dots>
+  static void group(T* x, int64_t n, const Packed<Dots>& p, const T* bias) {
     constexpr int64_t W = V::kWidth;
     V acc[MR][NV];
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < NV; ++v) acc[r][v] = V::broadcast(0.f);
-    micro_tile<V, MR, NV>([x, n](int64_t k, int r) { return static_cast<float>(x[r * n + k]); }, packed, n, acc);
+    micro_tile<V, MR, NV>([x, n](int64_t k, int r) { return static_cast<float>(x[r * n + k]); }, p.w, n, acc);
+    [[maybe_unused]] float dot[MR][kMaxDotColumns];
+    if constexpr (Dots) {  // read before any row of the group is written
+      for (int r = 0; r < MR; ++r) {
+        const T* row = x + r * n;
+        V xv[NV + 1];
+        for (int v = 0; v < NV; ++v) xv[v] = V::load(row + v * W);
+        xv[NV] = V::load(row + NV * W, p.dots, 0.f);
+        for (int64_t j = 0; j < p.dots; ++j) {
+          const float* col = p.dot_w + j * kRegisterWidth;
+          V s = V::broadcast(0.f);
+          for (int v = 0; v <= NV; ++v) s = V::fma(xv[v], V::load(col + v * W), s);
+          dot[r][j] = s.sum();
+        }
+      }
+    }
     for (int r = 0; r < MR; ++r) {
       for (int v = 0; v < NV; ++v) {
         const int64_t count = std::min<int64_t>(W, n - v * W);
@@ -369,6 +424,12 @@ struct RegisterRows {
           y.store(x + r * n + v * W);
         } else {
           y.store(x + r * n + v * W, count);
+        }
+      }
+      if constexpr (Dots) {
+        for (int64_t j = 0; j < p.dots; ++j) {
+          const int64_t col = NV * W + j;
+          x[r * n + col] = static_cast<T>(dot[r][j] + (bias ? static_cast<float>(bias[col]) : 0.f));
         }
       }
     }
