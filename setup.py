@@ -67,7 +67,7 @@ else:
     print(f"make_inplace: building the CPU kernels only: {why}", file=sys.stderr)
 
 defines = _sources.defines(with_cuda, arch_list)
-sources = _sources.cpu_sources() + (_sources.cuda_sources() if with_cuda else [])
+sources = _sources.cpu_sources() + _sources.python_sources() + (_sources.cuda_sources() if with_cuda else [])
 ext = (cpp_extension.CUDAExtension if with_cuda else cpp_extension.CppExtension)(
     name="make_inplace._C",
     # setuptools wants sources relative to setup.py's folder.

@@ -10,9 +10,11 @@ _sources.py, as setup.py and CMake read them). Loading registers the ops under
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import sys
+from typing import Callable
 
 import torch
 
@@ -21,6 +23,7 @@ from . import _sources
 FORCE_JIT_ENV = "MAKE_INPLACE_FORCE_JIT"
 
 _loaded_path: str | None = None
+_eager_entries: dict[str, Callable[..., bool]] | None = None
 
 
 def _built_library() -> str | None:
@@ -38,7 +41,7 @@ def _jit_build() -> str:
             "`pip install --no-build-isolation .`"
         )
     with_cuda, why = _sources.cuda_build_decision()
-    sources = _sources.cpu_sources() + (_sources.cuda_sources() if with_cuda else [])
+    sources = _sources.cpu_sources() + _sources.python_sources() + (_sources.cuda_sources() if with_cuda else [])
     print(
         f"make_inplace: JIT-building the op library ({'CPU+CUDA' if with_cuda else 'CPU'}: {why}) "
         "with torch.utils.cpp_extension.load; the first build takes a few minutes",
@@ -98,3 +101,22 @@ def load() -> str:
     else:
         _loaded_path = _jit_build()
     return _loaded_path
+
+
+def eager_entries() -> dict[str, Callable[..., bool]]:
+    """The library's eager entry points by op name (csrc/python/eager_calls.cpp).
+
+    Each takes the op's arguments positionally, runs the backend kernel and
+    returns True when the call is plain, else returns False without touching
+    anything. Empty for a library built without them.
+    """
+    global _eager_entries
+    if _eager_entries is None:
+        try:
+            table = ctypes.PyDLL(load()).make_inplace_eager_entries
+        except AttributeError:
+            _eager_entries = {}
+        else:
+            table.restype = ctypes.py_object
+            _eager_entries = table()
+    return _eager_entries

@@ -51,6 +51,11 @@ def cuda_sources(target: str = "torch_library") -> list[str]:
     return _expand(config()[target]["cuda_sources"])
 
 
+def python_sources() -> list[str]:
+    """The eager entry points, which link libtorch_python: setup.py and the JIT build only."""
+    return _expand(config()["torch_library"]["python_sources"])
+
+
 def include_dirs(target: str = "torch_library") -> list[str]:
     return [os.path.join(SOURCE_ROOT, d) for d in config()[target]["include_dirs"]]
 

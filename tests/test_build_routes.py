@@ -103,7 +103,7 @@ def fake_cuda_home(tmp_path, headers=_sources.CUDA_HEADERS):
 
 def test_setup_py_cpu_extension_is_the_config():
     ext, stderr = setup_py_extension({"MAKE_INPLACE_CPU_ONLY": "1"})
-    assert ext["sources"] == relative(_sources.cpu_sources())
+    assert ext["sources"] == relative(_sources.cpu_sources() + _sources.python_sources())
     assert ext["args"]["cxx"] == CONFIG["cxx_flags"] + _sources.openmp_flags()
     assert ext["link"] == _sources.openmp_flags()
     assert not any(flag.startswith("-std") for flag in ext["args"]["cxx"] + ext["args"]["nvcc"])
@@ -112,7 +112,7 @@ def test_setup_py_cpu_extension_is_the_config():
 
 def test_setup_py_cuda_extension_is_the_config(tmp_path):
     ext, stderr = setup_py_extension({"FAKE_CUDA_HOME": fake_cuda_home(tmp_path)})
-    assert ext["sources"] == relative(_sources.cpu_sources() + _sources.cuda_sources())
+    assert ext["sources"] == relative(_sources.cpu_sources() + _sources.python_sources() + _sources.cuda_sources())
     assert ext["arch_list"] == CONFIG["cuda_arch_list"] == "8.0+PTX;9.0a"
     defines = ["-D" + d for d in CONFIG["torch_library"]["cuda_defines"] + CONFIG["torch_library"]["sm90a_defines"]]
     assert ext["args"]["nvcc"] == CONFIG["nvcc_flags"] + defines
@@ -122,7 +122,7 @@ def test_setup_py_cuda_extension_is_the_config(tmp_path):
 
 def test_setup_py_falls_back_to_cpu_without_toolkit_headers(tmp_path):
     ext, stderr = setup_py_extension({"FAKE_CUDA_HOME": fake_cuda_home(tmp_path, headers=()), "CPATH": "", "CPLUS_INCLUDE_PATH": ""})
-    assert ext["sources"] == relative(_sources.cpu_sources())
+    assert ext["sources"] == relative(_sources.cpu_sources() + _sources.python_sources())
     assert "CPU kernels only" in stderr and "lacks cuda_runtime.h" in stderr
 
 
@@ -150,7 +150,7 @@ def test_jit_route_compiles_the_config(monkeypatch, tmp_path):
     monkeypatch.setenv("MAKE_INPLACE_CPU_ONLY", "1")
     _loader._jit_build()
     (call,) = calls
-    assert call["sources"] == _sources.cpu_sources()
+    assert call["sources"] == _sources.cpu_sources() + _sources.python_sources()
     assert call["extra_cflags"] == CONFIG["cxx_flags"] + _sources.openmp_flags()
     assert call["extra_include_paths"] == [os.path.join(ROOT, d) for d in CONFIG["torch_library"]["include_dirs"]]
 

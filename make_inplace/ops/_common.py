@@ -17,7 +17,7 @@ import torch
 Arg = Tuple[str, Optional[torch.Tensor]]
 
 _Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
+is_compiling = torch.compiler.is_compiling
 _inference_mode = torch.is_inference_mode_enabled
 
 _CreationMeta = torch._C._autograd.CreationMeta
@@ -177,7 +177,7 @@ def plain_call(written: Optional[torch.Tensor], *read: Optional[torch.Tensor]) -
     check devices), and ``written`` is not an inference tensor outside
     inference mode. The ops then skip ``validate_call`` (~0.9 us a call).
     """
-    if _is_compiling():
+    if is_compiling():
         return False
     device = None
     if written is not None:

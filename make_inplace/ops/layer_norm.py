@@ -7,11 +7,12 @@ from typing import Sequence
 import torch
 
 from .. import _loader
-from ._common import check_devices, plain_call, validate_call
+from ._common import check_devices, is_compiling, plain_call, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.layer_norm_
 _op_default = _op.default
+_eager = _loader.eager_entries().get("layer_norm_")
 _stats_op = torch.ops.make_inplace.layer_norm_stats_
 _backward_op = torch.ops.make_inplace.layer_norm_backward
 
@@ -118,6 +119,8 @@ def layer_norm_(
         True
     """
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    if _eager is not None and not is_compiling() and _eager(x, shape, weight, bias, eps):
+        return x
     if not plain_call(x, weight, bias):
         validate_call("layer_norm_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
         if torch.is_grad_enabled() and (

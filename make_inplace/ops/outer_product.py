@@ -6,11 +6,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, plain_call, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.outer_product
 _backward = torch.ops.make_inplace.outer_product_backward
+_eager = _loader.eager_entries().get("outer_product")
 
 
 @torch.library.register_fake("make_inplace::outer_product")
@@ -79,6 +80,8 @@ def outer_product(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None 
         >>> torch.allclose(out, a[..., :, None] * b[..., None, :])
         True
     """
+    if out is not None and _eager is not None and not is_compiling() and _eager(a, b, out):
+        return out
     if not plain_call(out, a, b):
         validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
     if out is not None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, plain_call, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.softmax_.default
+_eager = _loader.eager_entries().get("softmax_")
 _backward_op = torch.ops.make_inplace.softmax_backward
 _backward_inplace_op = torch.ops.make_inplace.softmax_backward_
 
@@ -119,6 +120,8 @@ def softmax_(
     """
     if not isinstance(dim, int):
         fail("softmax_", f"dim must be an int, got {type(dim).__name__}", TypeError)
+    if _eager is not None and not is_compiling() and _eager(x, dim, scale, causal, mask):
+        return x
     if not plain_call(x, mask):
         validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
         if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):

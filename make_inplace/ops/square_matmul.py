@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, plain_call, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.square_matmul_.default
+_eager = _loader.eager_entries().get("square_matmul_")
 
 
 @torch.library.register_fake("make_inplace::square_matmul_")
@@ -75,6 +76,8 @@ def square_matmul_(
         >>> y is x and torch.allclose(y, expected, atol=1e-5)
         True
     """
+    if _eager is not None and not is_compiling() and _eager(x, weight, bias, transpose, workspace_bytes):
+        return x
     if not plain_call(x, weight, bias):
         validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
         if torch.is_grad_enabled():

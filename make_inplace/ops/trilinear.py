@@ -6,11 +6,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, plain_call, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.trilinear_interpolation
 _backward = torch.ops.make_inplace.trilinear_interpolation_backward
+_eager = _loader.eager_entries().get("trilinear_interpolation")
 
 
 @torch.library.register_fake("make_inplace::trilinear_interpolation")
@@ -93,6 +94,8 @@ def trilinear_interpolation(
         >>> make_inplace.trilinear_interpolation(feats, points, out=out) is out
         True
     """
+    if out is not None and _eager is not None and not is_compiling() and _eager(feats, points, out):
+        return out
     if not plain_call(out, feats, points):
         validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
     if out is not None:
