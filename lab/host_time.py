@@ -1,7 +1,11 @@
 """Host time of one eager call per op: through the eager entry points and
 through torch.ops (the entry switched off), against torch's own call.
 
-    python lab/host_time.py --device cuda
+    python lab/host_time.py --device cuda [--models]
+
+--models adds converted Hugging Face models (random weights, batch 1, 32
+tokens, float16 on CUDA): one synchronized forward with the entries on and
+off, and the unconverted model.
 
 On CUDA this is the launch-side time (no synchronize inside the loop), which
 is what a small model's step is made of. Medians of alternated rounds, in us.
@@ -52,11 +56,60 @@ def cases(device: str):
     ]
 
 
+MODULES = (layer_norm, outer_product, rms_norm, softmax, square_matmul, trilinear)
+
+
+def model_rows(device: str, rounds: int) -> None:
+    import copy
+
+    import transformers as tf
+
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    configs = {
+        "BERT-base": lambda: tf.BertModel(tf.BertConfig(attn_implementation="sdpa")),
+        "GPT-2 small": lambda: tf.GPT2Model(tf.GPT2Config(attn_implementation="sdpa")),
+        "Llama 8 x 1024": lambda: tf.LlamaModel(tf.LlamaConfig(
+            hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+            num_key_value_heads=4, attn_implementation="sdpa")),
+    }
+    entries = {m: m._eager for m in MODULES}
+    print(f"{'model (batch 1, 32 tokens), ms':34s} {'entry':>7s} {'torch.ops':>10s} {'torch':>7s}")
+    for name, build in configs.items():
+        torch.manual_seed(0)
+        plain = build().to(device, dtype).eval()
+        converted = make_inplace.convert_(copy.deepcopy(plain))
+        ids = torch.randint(0, 1000, (1, 32), device=device)
+
+        def forward(model):
+            with torch.inference_mode():
+                model(input_ids=ids)
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        times = {"entry": [], "ops": [], "torch": []}
+        for r in range(rounds):
+            # The order turns each round, and each block starts with an
+            # untimed call: the allocator's state after the previous block
+            # must not land on one side.
+            order = [("entry", True), ("ops", False), ("torch", None)]
+            for key, on in order[r % 3:] + order[: r % 3]:
+                for m in MODULES:
+                    m._eager = entries[m] if on else None
+                model = plain if on is None else converted
+                forward(model)
+                times[key].append(per_call_us(lambda: forward(model), 20) / 1e3)
+        for m in MODULES:
+            m._eager = entries[m]
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{name:34s} {med['entry']:7.2f} {med['ops']:10.2f} {med['torch']:7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--models", action="store_true", help="also converted Hugging Face models")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, device {args.device}, us per call (median of {args.rounds} rounds)")
     print(f"{'op':34s} {'entry':>7s} {'torch.ops':>10s} {'torch':>7s}")
@@ -75,6 +128,8 @@ def main() -> None:
         module._eager = entry
         med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
         print(f"{name:34s} {med['entry']:7.2f} {med['ops']:10.2f} {med['torch']:7.2f}")
+    if args.models:
+        model_rows(args.device, args.rounds)
 
 
 if __name__ == "__main__":
