@@ -248,9 +248,12 @@ def test_jit_route_builds_and_announces_itself(tmp_path):
     env = {_loader.FORCE_JIT_ENV: "1", "TORCH_EXTENSIONS_DIR": str(tmp_path), "MAX_JOBS": "2"}
     if not torch.cuda.is_available():
         env["MAKE_INPLACE_CPU_ONLY"] = "1"  # no GPU to run CUDA kernels on: a CPU build is the one to check
-    result = run_python("import make_inplace\n" + CHECK_OP, env)
+    # The package's wrappers on the JIT library take its eager entry points too.
+    entries = "print('ENTRIES', sorted(make_inplace._loader.eager_entries()))\n"
+    result = run_python("import make_inplace\n" + CHECK_OP + entries, env)
     assert "JIT-building" in result.stderr
     assert "OK" in result.stdout
+    assert "ENTRIES ['layer_norm_', 'outer_product', 'rms_norm_', 'softmax_', 'square_matmul_', 'trilinear_interpolation']" in result.stdout
     assert any(name.startswith("make_inplace_jit") for name in os.listdir(tmp_path))
 
 
