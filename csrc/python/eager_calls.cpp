@@ -100,24 +100,18 @@ bool py_int(PyObject* obj, int64_t* out) {
   return true;
 }
 
-bool py_optional_int(PyObject* obj, std::optional<int64_t>* out) {
-  if (obj == Py_None) return true;
-  int64_t value = 0;
-  if (!py_int(obj, &value)) return false;
-  *out = value;
-  return true;
-}
-
 bool py_double(PyObject* obj, double* out) {
   if (!PyFloat_CheckExact(obj)) return false;
   *out = PyFloat_AS_DOUBLE(obj);
   return true;
 }
 
-bool py_optional_double(PyObject* obj, std::optional<double>* out) {
+// None, or what Parse takes.
+template <typename T, bool (*Parse)(PyObject*, T*)>
+bool py_optional(PyObject* obj, std::optional<T>* out) {
   if (obj == Py_None) return true;
-  double value = 0;
-  if (!py_double(obj, &value)) return false;
+  T value{};
+  if (!Parse(obj, &value)) return false;
   *out = value;
   return true;
 }
@@ -166,7 +160,7 @@ PyObject* square_matmul_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::optional<int64_t> workspace_bytes;
   if (nargs != 5 || !call.add(args[0], true, &x) || !call.add(args[1], false, &weight) ||
       !call.add_optional(args[2], &bias) || !py_bool(args[3], &transpose) ||
-      !py_optional_int(args[4], &workspace_bytes)) {
+      !py_optional<int64_t, py_int>(args[4], &workspace_bytes)) {
     Py_RETURN_FALSE;
   }
   const auto backend = call.backend();
@@ -186,7 +180,7 @@ PyObject* softmax_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::optional<double> scale;
   bool causal = false;
   std::optional<at::Tensor> mask;
-  if (nargs != 5 || !call.add(args[0], true, &x) || !py_int(args[1], &dim) || !py_optional_double(args[2], &scale) ||
+  if (nargs != 5 || !call.add(args[0], true, &x) || !py_int(args[1], &dim) || !py_optional<double, py_double>(args[2], &scale) ||
       !py_bool(args[3], &causal) || !call.add_optional(args[4], &mask)) {
     Py_RETURN_FALSE;
   }
@@ -227,7 +221,7 @@ PyObject* rms_norm_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::optional<at::Tensor> weight;
   std::optional<double> eps;
   if (nargs != 4 || !call.add(args[0], true, &x) || !py_int_list(args[1], &shape) ||
-      !call.add_optional(args[2], &weight) || !py_optional_double(args[3], &eps)) {
+      !call.add_optional(args[2], &weight) || !py_optional<double, py_double>(args[3], &eps)) {
     Py_RETURN_FALSE;
   }
   const auto backend = call.backend();
