@@ -180,8 +180,9 @@ PyObject* softmax_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   std::optional<double> scale;
   bool causal = false;
   std::optional<at::Tensor> mask;
-  if (nargs != 5 || !call.add(args[0], true, &x) || !py_int(args[1], &dim) || !py_optional<double, py_double>(args[2], &scale) ||
-      !py_bool(args[3], &causal) || !call.add_optional(args[4], &mask)) {
+  if (nargs != 5 || !call.add(args[0], true, &x) || !py_int(args[1], &dim) ||
+      !py_optional<double, py_double>(args[2], &scale) || !py_bool(args[3], &causal) ||
+      !call.add_optional(args[4], &mask)) {
     Py_RETURN_FALSE;
   }
   const auto backend = call.backend();
