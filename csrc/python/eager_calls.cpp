@@ -127,21 +127,23 @@ bool py_int_list(PyObject* obj, c10::SmallVector<int64_t, 4>* out) {
   return true;
 }
 
-// The op's kernel for `backend`, typed as registered.
+// The op's handle, typed as its kernels are registered.
 template <typename Signature>
 c10::TypedOperatorHandle<Signature> typed_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Signature>();
 }
 
-// Runs op's `backend` kernel without the GIL, then bumps `written`'s version
-// (after the kernel, as torch's ADInplaceOrView kernels do: a failed check
-// writes nothing and bumps nothing).
+// False where the call is not plain; else runs op's backend kernel without
+// the GIL, then bumps `written`'s version (after the kernel, as torch's
+// ADInplaceOrView kernels do: a failed check writes nothing and bumps nothing).
 template <typename Signature, typename... Args>
-PyObject* run(const c10::TypedOperatorHandle<Signature>& op, c10::DispatchKey backend, const at::Tensor& written,
+PyObject* run(const PlainCall& call, const c10::TypedOperatorHandle<Signature>& op, const at::Tensor& written,
               const Args&... args) {
+  const auto backend = call.backend();
+  if (!backend) Py_RETURN_FALSE;
   {
     pybind11::gil_scoped_release no_gil;
-    op.redispatch(c10::DispatchKeySet(backend), args...);
+    op.redispatch(c10::DispatchKeySet(*backend), args...);
   }
   bump_version(written);
   Py_RETURN_TRUE;
@@ -163,11 +165,9 @@ PyObject* square_matmul_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !py_optional<int64_t, py_int>(args[4], &workspace_bytes)) {
     Py_RETURN_FALSE;
   }
-  const auto backend = call.backend();
-  if (!backend) Py_RETURN_FALSE;
   static const auto op =
       typed_op<void(TensorRef, TensorRef, OptionalTensorRef, bool, std::optional<int64_t>)>("make_inplace::square_matmul_");
-  return run(op, *backend, x, x, weight, bias, transpose, workspace_bytes);
+  return run(call, op, x, x, weight, bias, transpose, workspace_bytes);
   END_HANDLE_TH_ERRORS
 }
 
@@ -185,11 +185,9 @@ PyObject* softmax_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !call.add_optional(args[4], &mask)) {
     Py_RETURN_FALSE;
   }
-  const auto backend = call.backend();
-  if (!backend) Py_RETURN_FALSE;
   static const auto op =
       typed_op<void(TensorRef, int64_t, std::optional<double>, bool, OptionalTensorRef)>("make_inplace::softmax_");
-  return run(op, *backend, x, x, dim, scale, causal, mask);
+  return run(call, op, x, x, dim, scale, causal, mask);
   END_HANDLE_TH_ERRORS
 }
 
@@ -205,11 +203,9 @@ PyObject* layer_norm_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !call.add_optional(args[2], &weight) || !call.add_optional(args[3], &bias) || !py_double(args[4], &eps)) {
     Py_RETURN_FALSE;
   }
-  const auto backend = call.backend();
-  if (!backend) Py_RETURN_FALSE;
   static const auto op =
       typed_op<void(TensorRef, at::IntArrayRef, OptionalTensorRef, OptionalTensorRef, double)>("make_inplace::layer_norm_");
-  return run(op, *backend, x, x, at::IntArrayRef(shape), weight, bias, eps);
+  return run(call, op, x, x, at::IntArrayRef(shape), weight, bias, eps);
   END_HANDLE_TH_ERRORS
 }
 
@@ -225,11 +221,9 @@ PyObject* rms_norm_(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !call.add_optional(args[2], &weight) || !py_optional<double, py_double>(args[3], &eps)) {
     Py_RETURN_FALSE;
   }
-  const auto backend = call.backend();
-  if (!backend) Py_RETURN_FALSE;
   static const auto op =
       typed_op<void(TensorRef, at::IntArrayRef, OptionalTensorRef, std::optional<double>)>("make_inplace::rms_norm_");
-  return run(op, *backend, x, x, at::IntArrayRef(shape), weight, eps);
+  return run(call, op, x, x, at::IntArrayRef(shape), weight, eps);
   END_HANDLE_TH_ERRORS
 }
 
@@ -245,10 +239,8 @@ PyObject* two_inputs_out(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       !call.add(args[1], false, &second)) {
     Py_RETURN_FALSE;
   }
-  const auto backend = call.backend();
-  if (!backend) Py_RETURN_FALSE;
   static const auto op = typed_op<void(TensorRef, TensorRef, TensorRef)>(kName);
-  return run(op, *backend, out, first, second, out);
+  return run(call, op, out, first, second, out);
   END_HANDLE_TH_ERRORS
 }
 
