@@ -1,6 +1,8 @@
 """The one argument-validation step every op runs before it writes anything.
 
-``validate_call`` runs in each op's Python wrapper before dispatch, and
+``validate_call`` runs in each op's Python wrapper before dispatch (unless
+the library's eager entry point took the call: plain tensors, nothing that
+any check here could refuse; ``csrc/python/eager_calls.cpp``), and
 ``check_devices`` again in each fake kernel: a real tensor mixed with a
 ``meta`` one dispatches to the fake kernel, which writes nothing, so without
 that check the call would silently do nothing. The C++ kernels then check
@@ -16,9 +18,7 @@ import torch
 
 Arg = Tuple[str, Optional[torch.Tensor]]
 
-_Tensor = torch.Tensor
 is_compiling = torch.compiler.is_compiling
-_inference_mode = torch.is_inference_mode_enabled
 
 _CreationMeta = torch._C._autograd.CreationMeta
 # Views torch itself refuses to modify in place with grad mode on, and why.
@@ -167,30 +167,3 @@ def validate_call(
             if t is not None:
                 _check_in_place(op, name, t)
 
-
-def plain_call(written: Optional[torch.Tensor], *read: Optional[torch.Tensor]) -> bool:
-    """Whether no Python-side check could fail and no autograd path applies.
-
-    True in eager mode when every tensor is a plain ``torch.Tensor`` (no
-    DTensor or fake subclass), none requires grad, all share a device index
-    (CPU and ``meta`` share -1: a ``meta`` mix reaches the fake kernels, which
-    check devices), and ``written`` is not an inference tensor outside
-    inference mode. The ops then skip ``validate_call`` (~0.9 us a call).
-    """
-    if is_compiling():
-        return False
-    device = None
-    if written is not None:
-        if type(written) is not _Tensor or written.requires_grad or (written.is_inference() and not _inference_mode()):
-            return False
-        device = written.get_device()
-    for t in read:
-        if t is None:
-            continue
-        if type(t) is not _Tensor or t.requires_grad:
-            return False
-        if device is None:
-            device = t.get_device()
-        elif t.get_device() != device:
-            return False
-    return True

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from .. import _loader
-from ._common import check_devices, is_compiling, plain_call, validate_call
+from ._common import check_devices, is_compiling, validate_call
 
 _loader.load()
 _op = torch.ops.make_inplace.layer_norm_
@@ -121,13 +121,12 @@ def layer_norm_(
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
     if _eager is not None and not is_compiling() and _eager(x, shape, weight, bias, eps):
         return x
-    if not plain_call(x, weight, bias):
-        validate_call("layer_norm_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
-        if torch.is_grad_enabled() and (
-            x.requires_grad
-            or (weight is not None and weight.requires_grad)
-            or (bias is not None and bias.requires_grad)
-        ):
-            return _LayerNorm.apply(x, shape, weight, bias, eps)
+    validate_call("layer_norm_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
+    if torch.is_grad_enabled() and (
+        x.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+    ):
+        return _LayerNorm.apply(x, shape, weight, bias, eps)
     _op_default(x, shape, weight, bias, eps)
     return x

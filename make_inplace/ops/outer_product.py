@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, is_compiling, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.outer_product
@@ -82,8 +82,7 @@ def outer_product(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None 
     """
     if out is not None and _eager is not None and not is_compiling() and _eager(a, b, out):
         return out
-    if not plain_call(out, a, b):
-        validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
+    validate_call("outer_product", inputs=(("a", a), ("b", b)), buffers=(("out", out),))
     if out is not None:
         _forward(a, b, out=out)
         return out

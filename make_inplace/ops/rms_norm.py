@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from .. import _loader
-from ._common import check_devices, is_compiling, plain_call, validate_call
+from ._common import check_devices, is_compiling, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.rms_norm_.default
@@ -108,9 +108,8 @@ def rms_norm_(
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
     if _eager is not None and not is_compiling() and _eager(x, shape, weight, eps):
         return x
-    if not plain_call(x, weight):
-        validate_call("rms_norm_", in_place=(("x", x),), inputs=(("weight", weight),))
-        if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
-            return _RmsNorm.apply(x, shape, weight, eps)
+    validate_call("rms_norm_", in_place=(("x", x),), inputs=(("weight", weight),))
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
+        return _RmsNorm.apply(x, shape, weight, eps)
     _op_default(x, shape, weight, eps)
     return x

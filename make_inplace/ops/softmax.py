@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, is_compiling, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.softmax_.default
@@ -122,10 +122,9 @@ def softmax_(
         fail("softmax_", f"dim must be an int, got {type(dim).__name__}", TypeError)
     if _eager is not None and not is_compiling() and _eager(x, dim, scale, causal, mask):
         return x
-    if not plain_call(x, mask):
-        validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
-        if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):
-            return _Softmax.apply(x, dim, scale, causal, mask)
+    validate_call("softmax_", in_place=(("x", x),), inputs=(("mask", mask),))
+    if torch.is_grad_enabled() and (x.requires_grad or (mask is not None and mask.requires_grad)):
+        return _Softmax.apply(x, dim, scale, causal, mask)
     # Positional (keywords cost ~0.4 us each), and only as many as are set.
     if causal or mask is not None:
         _op_default(x, dim, scale, causal, mask)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _loader
-from ._common import check_devices, fail, is_compiling, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, validate_call
 
 _loader.load()
 _op_default = torch.ops.make_inplace.square_matmul_.default
@@ -78,15 +78,14 @@ def square_matmul_(
     """
     if _eager is not None and not is_compiling() and _eager(x, weight, bias, transpose, workspace_bytes):
         return x
-    if not plain_call(x, weight, bias):
-        validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
-        if torch.is_grad_enabled():
-            if weight.requires_grad:
-                fail("square_matmul_", "weight requires grad, but x is overwritten in place, so "
-                     "dW = x^T @ dy cannot be formed. Freeze the weight "
-                     "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
-            if x.requires_grad or (bias is not None and bias.requires_grad):
-                return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
+    validate_call("square_matmul_", in_place=(("x", x),), inputs=(("weight", weight), ("bias", bias)))
+    if torch.is_grad_enabled():
+        if weight.requires_grad:
+            fail("square_matmul_", "weight requires grad, but x is overwritten in place, so "
+                 "dW = x^T @ dy cannot be formed. Freeze the weight "
+                 "(weight.requires_grad_(False)) or use torch.matmul / nn.Linear to train it.")
+        if x.requires_grad or (bias is not None and bias.requires_grad):
+            return _SquareMatmul.apply(x, weight, bias, transpose, workspace_bytes)
     # Positional (keywords cost ~0.4 us each), and only as many as are set.
     if transpose or workspace_bytes is not None:
         _op_default(x, weight, bias, transpose, workspace_bytes)

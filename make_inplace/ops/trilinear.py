@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _loader
-from ._common import check_devices, fail, is_compiling, plain_call, validate_call
+from ._common import check_devices, fail, is_compiling, validate_call
 
 _loader.load()
 _forward = torch.ops.make_inplace.trilinear_interpolation
@@ -96,8 +96,7 @@ def trilinear_interpolation(
     """
     if out is not None and _eager is not None and not is_compiling() and _eager(feats, points, out):
         return out
-    if not plain_call(out, feats, points):
-        validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
+    validate_call("trilinear_interpolation", inputs=(("feats", feats), ("points", points)), buffers=(("out", out),))
     if out is not None:
         _forward(feats, points, out=out)
         return out
