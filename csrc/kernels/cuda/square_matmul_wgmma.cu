@@ -25,8 +25,9 @@
 // fills every SM instead: groups of consecutive CTAs play the clusters, and
 // "done" is an add to the row-block's counter, awaited with acquire loads.
 //
-// CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread)
-// and the TMA stores (one thread of another warp); warpgroups 1 and 2 each
+// CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread),
+// and another of its warps tells the group "done" and issues the TMA stores;
+// warpgroups 1 and 2 each
 // compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
 // accumulators in registers). Shared memory: a 3-stage ring of 128 x 64
 // x-tiles and 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma
@@ -184,23 +185,38 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, ui
 // the bias in fp32) into the parked tile, in the 128-byte-swizzled layout of
 // the four 128 x 64 TMA boxes that store it. wgmma's accumulator layout:
 // register 4i + {0, 1} holds row warp*16 + lane/4, columns 8i + 2(lane%4) +
-// {0, 1}; 4i + {2, 3} the same columns 8 rows down.
-template <typename Elem>
-__device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile, const void* bias,
-                                          int64_t col0, int n, int half, int warp, int lane) {
-  const Elem* b = static_cast<const Elem*>(bias);
-  const int row = half * 64 + warp * 16 + lane / 4;
-  const uint32_t base = shared_address(tile) + row * 128 + (lane % 4) * 4;
+// {0, 1}; 4i + {2, 3} the same columns 8 rows down. That is stmatrix's 8 x 8
+// fragment layout, so one stmatrix.x4 writes column groups i and i + 1 of the
+// warp's 16 rows (a quarter of the instructions 4-byte stores take).
+template <typename Elem, bool kBias>
+__device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile, const Elem* bias, int64_t col0,
+                                          int n, int half, int warp, int lane) {
+  // Lane l addresses row l % 8 of matrix l / 8: matrices 0 and 1 are the top
+  // and bottom 8 rows of group i, 2 and 3 those of group i + 1.
+  const int matrix = lane / 8;
+  const int row = half * 64 + warp * 16 + (matrix & 1) * 8 + lane % 8;
+  const uint32_t row_base = shared_address(tile) + row * 128;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int64_t col = col0 + i * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
-    float b0 = 0.f, b1 = 0.f;
-    if (b != nullptr && col < n) b0 = to_acc(b[col]), b1 = to_acc(b[col + 1]);
-    // 16-byte chunk (i % 8) of a 128-byte row, XOR-swizzled by the row (row % 8 == (row + 8) % 8).
-    const uint32_t at = base + (i / 8) * kParkBoxBytes + (((i % 8) ^ (row % 8)) * 16);
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(pack_pair(Elem{}, acc[4 * i] + b0, acc[4 * i + 1] + b1)));
-    asm volatile("st.shared.u32 [%0], %1;" ::"r"(at + 8 * 128),
-                 "r"(pack_pair(Elem{}, acc[4 * i + 2] + b0, acc[4 * i + 3] + b1)));
+  for (int i = 0; i < 32; i += 2) {
+    float b[4] = {0.f, 0.f, 0.f, 0.f};  // columns of groups i and i + 1 this lane holds
+    if constexpr (kBias) {
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int64_t col = col0 + (i + g) * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
+        if (col < n) b[2 * g] = to_acc(bias[col]), b[2 * g + 1] = to_acc(bias[col + 1]);
+      }
+    }
+    // Without a bias the sums are skipped (x + 0.f is not free: it turns -0 into +0).
+    const auto at_col = [&](int r, int g) { return kBias ? acc[r] + b[g] : acc[r]; };
+    const int group = i + (matrix >> 1);
+    // 16-byte chunk (group % 8) of a 128-byte row, XOR-swizzled by the row.
+    const uint32_t at = row_base + (group / 8) * kParkBoxBytes + (((group % 8) ^ (row % 8)) * 16);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at),
+                 "r"(pack_pair(Elem{}, at_col(4 * i, 0), at_col(4 * i + 1, 1))),
+                 "r"(pack_pair(Elem{}, at_col(4 * i + 2, 0), at_col(4 * i + 3, 1))),
+                 "r"(pack_pair(Elem{}, at_col(4 * i + 4, 2), at_col(4 * i + 5, 3))),
+                 "r"(pack_pair(Elem{}, at_col(4 * i + 6, 2), at_col(4 * i + 7, 3)))
+                 : "memory");
   }
 }
 
@@ -225,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* done = empty + kStages;  // [2], by row-block parity: every CTA of the cluster is done with it
   uint64_t* park_free = done + 2;    // the store warp has read the parked tile out
   uint64_t* held_parked = park_free + 1;  // the consumers have parked their held tile
+  uint64_t* block_read = held_parked + 1;  // the consumers' last k-step of the row-block is done, its tile parked
 
   // Counted mode: groups of group_ctas consecutive CTAs stand in for
   // clusters, and per-row-block counters for the cluster barriers.
@@ -249,6 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::mbar_init(&done[1], ctas);
     sm90::mbar_init(park_free, 1);
     sm90::mbar_init(held_parked, 1);
+    sm90::mbar_init(block_read, 1);
     sm90::mbar_init_fence();
   }
   cluster_sync();  // no CTA arrives on another's barriers before they exist
@@ -278,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-    } else if (warp == 1 && lane == 0) {  // TMA stores of the parked tiles
+    } else if (warp == 1) {  // the group's "done" (lanes) and the TMA stores of the parked tiles (lane 0)
       // Stores the park as column tile c of row-block rb, and frees it once read.
       const auto store_park = [&](int c, int rb) {
         for (int i = 0; i < kBN / kBoxCols && c * kBN + i * kBoxCols < n; ++i) {
@@ -291,18 +309,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool holds = kTiles == 2 && rank + ctas < col_tiles;
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
-        block_done.wait(rb, j);
-        // Every CTA of the cluster has consumed this row-block's x (its TMA
-        // loads completed before its last wgmma); order those async-proxy
-        // reads before the async-proxy writes below.
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-        store_park(rank, rb);
-        if (holds) {
-          mbar_wait(held_parked, j & 1);
-          store_park(rank + ctas, rb);
+        // This warp, not the consumers, tells the group: the release at
+        // cluster or GPU scope then costs the consumers nothing.
+        mbar_wait(block_read, j & 1);
+        block_done.arrive(rb, j, lane);
+        if (lane == 0) {
+          block_done.wait(rb, j);
+          // Every CTA of the cluster has consumed this row-block's x (its TMA
+          // loads completed before its last wgmma); order those async-proxy
+          // reads before the async-proxy writes below.
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+          store_park(rank, rb);
+          if (holds) {
+            mbar_wait(held_parked, j & 1);
+            store_park(rank + ctas, rb);
+          }
         }
+        __syncwarp();
       }
-      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+      if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -314,7 +339,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // warp has read the park's previous tile out.
     const auto park_acc = [&](int c) {
       if (parks > 0) mbar_wait(park_free, (parks - 1) & 1);
-      park_tile<Elem>(acc, park, bias, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+      const Elem* b = static_cast<const Elem*>(bias);
+      if (b != nullptr) {
+        park_tile<Elem, true>(acc, park, b, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+      } else {
+        park_tile<Elem, false>(acc, park, b, static_cast<int64_t>(c) * kBN, n, half, warp, lane);
+      }
       ++parks;
     };
     for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
@@ -353,11 +383,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           park_acc(c);
         }
       }
-      // Make the parked tile visible to TMA, then tell every CTA of the
-      // cluster (this one included) that this CTA is done with the row-block.
+      // Make the parked tile visible to TMA, then tell the store warp that
+      // this CTA is done with the row-block.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-      if (threadIdx.x / 32 == 4) block_done.arrive(rb, j, lane);
+      if (threadIdx.x == 128) mbar_arrive(block_read);
       if (held >= 0) {
         // The park is free once the first tile's store has read it, which
         // the store warp issues only after the whole group is done with
