@@ -27,12 +27,11 @@
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread),
 // and another of its warps tells the group "done" and issues the TMA stores;
-// warpgroups 1 and 2 each
-// compute 64 rows of the 128 x 256 tile with wgmma.m64n256k16 (fp32
-// accumulators in registers). Shared memory: a 3-stage ring of 128 x 64
-// x-tiles and 64 x 256 w-tiles (128-byte swizzle, as TMA writes and wgmma
-// reads them), then the park (four 128 x 64 TMA boxes). Variants
-// tried and dropped are in docs/square_matmul.md.
+// warpgroups 1 and 2 each compute 64 rows of the 128 x 256 tile with
+// wgmma.m64n256k16 (fp32 accumulators in registers). Shared memory: a
+// 3-stage ring of 128 x 64 x-tiles and 64 x 256 w-tiles (128-byte swizzle, as
+// TMA writes and wgmma reads them), then the park (four 128 x 64 TMA boxes).
+// Variants tried and dropped are in docs/square_matmul.md.
 #include "make_inplace/kernels/square_matmul_wgmma.h"
 
 #include <cuda.h>
