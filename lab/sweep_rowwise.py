@@ -1,4 +1,4 @@
-"""Sweep of softmax_ and layer_norm_ against torch at the row-wise benchmark's shapes, on a GPU.
+"""Sweep of softmax_ and layer_norm_ (and rms_norm_, --ops) against torch at the row-wise benchmark's shapes, on a GPU.
 
 Two timings per case, both from CUDA events, median of several runs:
   * ``sync``: one call per event pair, synchronized after each (as the
@@ -38,6 +38,9 @@ def pair(op: str, n: int, dtype: torch.dtype):
     """(make_inplace's op, torch's op) on x, with the same weight and bias."""
     if op == "softmax":
         return make_inplace.softmax_, lambda x: torch.softmax(x, -1)
+    if op == "rms_norm":  # no weight: applied over and over, one would shrink x's small-weight columns to 0
+        return (lambda x: make_inplace.rms_norm_(x, (n,)),
+                lambda x: torch.nn.functional.rms_norm(x, (n,), eps=torch.finfo(dtype).eps))
     w = torch.rand(n, device="cuda", dtype=dtype) + 0.5
     b = torch.randn(n, device="cuda", dtype=dtype)
     return (lambda x: make_inplace.layer_norm_(x, (n,), w, b),

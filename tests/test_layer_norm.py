@@ -67,12 +67,14 @@ def test_widths_match_torch(device, dtype, width, kind):
 # 1 to 5 slots of 32 KiB depending on the dtype, a last piece cut short
 # (40008), and more rows than the persistent grid has CTAs. Rows of 4+ slots
 # whose halves fit a ring, and rows too long for one ring, are split over a
-# cluster of two CTAs that combine their halves' moments: 65536, 73744
-# (halves with a short last piece) and 98304; float64 rows too long for a
-# ring, and float32 98304, stream through global memory. The four weight/bias
+# cluster of 2, 4 or 8 CTAs that combine their parts' moments: 65536, 73744
+# (halves with a short last piece) and 98304 in halves, 163840 in halves
+# (16-bit) or quarters (float32), 270336 in quarters (16-bit) or eighths
+# (float32), parts ending in a short piece; float64 rows too long for a ring
+# stream through global memory. The four weight/bias
 # combinations are four kernels; rows offset far from zero check the one-pass
 # moments and the shifted statistics.
-STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
+STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304, 163840, 270336]
 
 
 @CUDA
@@ -121,10 +123,10 @@ def test_cuda_register_rows_match_torch(dtype, width, kind, offset):
     torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=1e-5, atol=1e-5)
 
 
-# Register rows (1024, 4096, 16384), staged rows of one CTA and of a 2-CTA
-# cluster (24576 to 98304) and two-pass rows (262144), in every order: a
+# Register rows (1024, 4096, 16384), staged rows of one CTA and of clusters of
+# 2 to 8 (24576 to 262144) and two-pass rows (1048576), in every order: a
 # kernel's launch limits must hold whatever widths ran before.
-ORDER_WIDTHS = [1024, 4096, 16384, 24576, 40008, 65536, 98304, 262144]
+ORDER_WIDTHS = [1024, 4096, 16384, 24576, 40008, 65536, 98304, 262144, 1048576]
 
 
 @CUDA

@@ -19,8 +19,8 @@ TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 1e-3, torch.bfl
 ATOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 # On sm_90, 16-bit and float32 rows of 16-byte vectors longer than the
 # register fast path holds (16384 columns) are staged in shared memory
-# (65536; see STAGED_WIDTHS); 65537 and 262144 take the CTA-per-row kernel,
-# odd widths the unvectorized one.
+# (65536; see STAGED_WIDTHS); 65537 takes the CTA-per-row kernel, odd widths
+# the unvectorized one.
 WIDTHS = [1, 2, 31, 32, 33, 1000, 1025, 4096, 4097, 65536, 65537]
 op = torch.ops.make_inplace
 
@@ -57,9 +57,10 @@ def test_widths_match_torch(device, dtype, width, weighted):
 # Staged rows (sm_90, 16-bit and float32): one CTA per row at 1-3 slots of
 # 32 KiB (a last piece cut short at 40008), a 2-CTA cluster splitting rows of
 # four or more slots (65536, 73744 with halves ending short, 98304) and rows
-# too long for one ring (float32 65536 and up); more rows than the persistent
-# grid has CTAs, and a single row.
-STAGED_WIDTHS = [16392, 24576, 40008, 65536, 73744, 98304]
+# too long for one ring (float32 65536 and up), clusters of 4 and 8 for rows
+# of up to 8 rings (163840, 270336: parts ending short); more rows than the
+# persistent grid has CTAs, and a single row.
+STAGED_WIDTHS = [16392, 24576, 40008, 65536, 73744, 98304, 163840, 270336]
 
 
 @CUDA
@@ -80,9 +81,9 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows, weighted):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
 def test_cuda_widths_in_any_order(dtype, order):
-    # Register, staged (one CTA, a cluster) and CTA-per-row widths, in every
-    # order: a kernel's launch limits must hold whatever widths ran before.
-    for width in launch_orders([1024, 16384, 24576, 40008, 65536, 98304, 262144])[order]:
+    # Register, staged (one CTA, clusters of 2 to 8) and CTA-per-row widths, in
+    # every order: a kernel's launch limits must hold whatever widths ran before.
+    for width in launch_orders([1024, 16384, 24576, 40008, 65536, 98304, 262144, 1048576])[order]:
         x = torch.randn(64 if width < 262144 else 8, width, device="cuda", dtype=dtype) * 3 + 1.5
         w = torch.randn(width, device="cuda", dtype=dtype)
         expected = reference(x, (width,), w)

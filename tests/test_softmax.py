@@ -63,10 +63,13 @@ def test_widths_match_torch(device, dtype, width):
 # the dtype, a last piece cut short (40008), and more rows than the persistent
 # grid has CTAs, so each CTA walks its ring of slots over several rows; the
 # shorter ones check the register kernels around the threshold.
-# Rows too long for one CTA's ring are split over a cluster of two CTAs that
-# combine their halves' reductions: 65536 (float32), 73744 (halves with a short
-# last piece) and 98304; float64 rows that long stream through global memory.
-STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304]
+# Rows too long for one CTA's ring are split over a cluster of 2, 4 or 8 CTAs
+# that combine their parts' reductions: 65536 (float32), 73744 (halves with a
+# short last piece) and 98304 in halves; 163840 in halves (16-bit) or
+# quarters (float32); 270336 in quarters (16-bit) or eighths (float32), with
+# parts ending in a short piece. float64 rows that long stream through global
+# memory.
+STAGED_WIDTHS = [4096, 8192, 16384, 24576, 40008, 65536, 73744, 98304, 163840, 270336]
 
 
 @CUDA
@@ -80,10 +83,10 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows):
     assert_close(x, expected, dtype)
 
 
-# Register rows (1024, 4096), staged rows of one CTA and of a 2-CTA cluster
-# (16384 to 98304) and two-pass rows (262144), in every order: a kernel's
+# Register rows (1024, 4096), staged rows of one CTA and of clusters of 2 to 8
+# (16384 to 262144) and two-pass rows (1048576), in every order: a kernel's
 # launch limits must hold whatever widths ran before.
-ORDER_WIDTHS = [1024, 4096, 16384, 40008, 65536, 98304, 262144]
+ORDER_WIDTHS = [1024, 4096, 16384, 40008, 65536, 98304, 262144, 1048576]
 
 
 @CUDA
@@ -92,7 +95,7 @@ ORDER_WIDTHS = [1024, 4096, 16384, 40008, 65536, 98304, 262144]
 @pytest.mark.parametrize("order", ["increasing", "decreasing", "alternating"])
 def test_cuda_widths_in_any_order(dtype, order):
     for width in launch_orders(ORDER_WIDTHS)[order]:
-        x = torch.randn(64 if width < 262144 else 8, width, device="cuda", dtype=dtype) * 4
+        x = torch.randn(64 if width < 262144 else 4, width, device="cuda", dtype=dtype) * 4
         expected = reference(x)
         make_inplace.softmax_(x)
         assert_close(x, expected, dtype)

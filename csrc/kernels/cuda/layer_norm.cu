@@ -14,7 +14,7 @@
 // are staged through a ring of shared-memory slots by bulk copies instead (staged_rows.cuh): one read and one write, next rows
 // loading meanwhile. For 16-bit types and float32 the staged statistics take
 // one pass (moments.cuh) and rows longer than a ring (float32 from about
-// 51200 columns) are split over a 2-CTA cluster; float64 keeps the corrected
+// 51200 columns) are split over a cluster of 2, 4 or 8 CTAs; float64 keeps the corrected
 // two-pass statistics and rows of up to one ring.
 // Backward: grad_input row by row in two passes (row sums, then write);
 // grad_weight / grad_bias as column sums over row chunks into a float
@@ -317,9 +317,9 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
 // layer_norm_staged_kernel): the statistics in one pass over the pieces as
 // they land (moments.cuh), then the write pass from the slots. Whether w
 // and b are given are template parameters, so the write pass has no
-// branches. A row too long for one ring is split over a 2-CTA cluster
-// (plan.split == 2): each CTA stages and writes its half, and the halves'
-// moments meet through distributed shared memory.
+// branches. A row too long for one ring is split over a cluster of
+// plan.split CTAs: each stages and writes its part, and the parts' moments
+// meet through distributed shared memory.
 template <typename T, bool HAS_W, bool HAS_B>
 __global__ void __launch_bounds__(staged::kMaxThreads)
     layer_norm_staged_moments_kernel(T* __restrict__ x, const T* __restrict__ w,
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float scratch[96];
-  __shared__ staged::PairMoments exchange;  // split rows only
+  __shared__ staged::SplitMoments exchange;  // split rows only
   int round = 0;
   const staged::Share share = staged::share_of(plan);
   const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
       }
     }
     m = block_moments(m, scratch);
-    if (plan.split == 2) m = staged::pair_moments(m, &shift, &exchange, &round);
+    if (plan.split > 1) m = staged::split_moments(m, &shift, plan.split, &exchange, &round);
     const float mean = m.mean;  // of x - shift
     const float rstd = rsqrtf(m.m2 * inv_n + eps);
     T* out = x + row * n + part_base;
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
     }
     ring.release(li);
   }
-  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
+  if (plan.split > 1) staged::cluster_sync();  // no exit while a peer may still store here
 #endif
 }
 

@@ -7,7 +7,7 @@
 // accumulated in float (double for float64) and reduced over the row's
 // threads. 16-bit and float32 rows of 32 KiB and more that the fast path
 // cannot hold (sm_90) are staged through a ring of shared-memory slots
-// (staged_rows.cuh), split over a 2-CTA cluster where layer_norm_'s are.
+// (staged_rows.cuh), split over a cluster where layer_norm_'s are.
 // Other long rows: a CTA per row in two passes over global memory (sum of
 // squares, then the write); in place, no workspace. RMS has no mean, so
 // the one-pass sum of squares loses nothing to cancellation.
@@ -182,9 +182,9 @@ __global__ void __launch_bounds__(kLongThreads)
 // Rows staged in shared memory (staged_rows.cuh), 16-bit types and float:
 // the sum of squares as the pieces land, then the write pass from the slots;
 // no second read of global memory. A row too long for one ring, or of four
-// or more slots whose halves fit one, is split over a 2-CTA cluster whose
-// halves' sums meet through distributed shared memory (the plans of
-// layer_norm_'s staged kernel). Whether w is given is a template parameter.
+// or more slots whose halves fit one, is split over a cluster whose parts'
+// sums meet through distributed shared memory (the plans of layer_norm_'s
+// staged kernel). Whether w is given is a template parameter.
 template <typename T, bool HAS_W>
 __global__ void __launch_bounds__(staged::kMaxThreads)
     rms_norm_staged_kernel(T* __restrict__ x, const T* __restrict__ w, int64_t rows, int64_t n,
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float scratch[32];
-  __shared__ staged::PairExchange exchange;  // split rows only
+  __shared__ staged::SplitExchange exchange;  // split rows only
   int round = 0;
   const staged::Share share = staged::share_of(plan);
   const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(staged::kMaxThreads)
       }
     }
     sq = group_reduce(sq, static_cast<int>(blockDim.x), 0.0f, scratch, SumOp{});
-    if (plan.split == 2) sq = staged::pair_reduce(sq, &exchange, &round, SumOp{});
+    if (plan.split > 1) sq = staged::split_reduce(sq, plan.split, &exchange, &round, SumOp{});
     const float rstd = rsqrtf(sq * inv_n + eps);
     T* out = x + row * n + part_base;
     for (int j = 0; j < plan.pieces; ++j) {

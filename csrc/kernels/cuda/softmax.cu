@@ -14,7 +14,7 @@
 //    staged through a ring of shared-memory slots by bulk copies
 //    (staged_rows.cuh), so the next rows load while this one is reduced and
 //    written: one read, one write. Rows too long for one ring (160 KiB; up to
-//    320 KiB) are split over a 2-CTA cluster in the common case.
+//    1.25 MiB) are split over a cluster of 2, 4 or 8 CTAs in the common case.
 //  * longer rows: a CTA per row in two passes over global memory, an online
 //    max/sum pass and a write pass (the second read mostly hits L2), still in
 //    place and with no workspace.
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(staged::kThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  __shared__ staged::PairExchange exchange;  // split rows only (PLAIN: A is float)
+  __shared__ staged::SplitExchange exchange;  // split rows only (PLAIN: A is float)
   int round = 0;
   const staged::Share share = staged::share_of(plan);
   const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(staged::kThreads)
         }
       }
       row_max = group_reduce(vmax.result(), threads, neg_inf<T>(), scratch, MaxOp{});
-      if (plan.split == 2) row_max = staged::pair_reduce(row_max, &exchange, &round, MaxOp{});
+      if (plan.split > 1) row_max = staged::split_reduce(row_max, plan.split, &exchange, &round, MaxOp{});
       A s = 0;
       for (int j = 0; j < plan.pieces; ++j) {
         const T* piece = ring.landed(li, j);
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(staged::kThreads)
         }
       }
       s = group_reduce(s, threads, A(0), scratch, SumOp{});
-      if (plan.split == 2) s = staged::pair_reduce(s, &exchange, &round, SumOp{});
+      if (plan.split > 1) s = staged::split_reduce(s, plan.split, &exchange, &round, SumOp{});
       inv = A(1) / s;
     } else {  // never split (plan_rows without allow_split)
       A m = neg_inf<T>(), s = 0;
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(staged::kThreads)
     }
     ring.release(li);
   }
-  if (plan.split == 2) staged::cluster_sync();  // no exit while the peer may still store here
+  if (plan.split > 1) staged::cluster_sync();  // no exit while a peer may still store here
 #endif
 }
 

@@ -17,10 +17,11 @@
 // One thread issues the copies; a slot is refilled only after the
 // __syncthreads that ends the row that used it.
 //
-// Rows too long for one CTA's ring are split over a cluster of two CTAs
-// where the kernel allows: each stages its half of the row, and the row's
-// reductions are combined through distributed shared memory (pair_reduce),
-// one cluster barrier per reduction.
+// Rows too long for one CTA's ring are split over a cluster of 2, 4 or 8
+// CTAs where the kernel allows: each stages its part of the row, and the
+// row's reductions are combined through distributed shared memory
+// (split_reduce), one cluster barrier per reduction. So a row of up to 8
+// rings is still read once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,8 +55,10 @@ constexpr int kMinRowBytes = 32 * 1024;
 constexpr int kMaxRingBytes = 200 * 1024;  // of the 227 KiB a CTA may have
 constexpr int kBarrierBytes = 128;         // barriers ahead of the slots, 16 max
 
+constexpr int kMaxSplit = 8;  // CTAs per row: a portable cluster size
+
 struct Plan {
-  int split = 1;       // CTAs (a cluster) per row: 1 or 2
+  int split = 1;       // CTAs (a cluster) per row: 1, 2, 4 or 8
   int64_t part = 0;    // elements of the row each CTA stages
   int slot_elems = 0;  // elements per slot
   int pieces = 0;      // slots one part needs
@@ -84,8 +87,9 @@ inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
 
 // A plan for rows of n elements of `elem` bytes, or false when staging does
 // not apply: rows too short, rows too long for the ring (or, where the
-// kernel can combine halves (allow_split), for two rings), a GPU older than
-// sm_90, or staging switched off (route_override.h; tests and sweeps).
+// kernel can combine parts (allow_split), for kMaxSplit rings), a GPU older
+// than sm_90, or staging switched off (route_override.h; tests and sweeps).
+// A row is split over the fewest CTAs whose parts fit a ring.
 // The caller has checked that x (and every vector it reads beside it) is
 // 16-byte aligned.
 inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
@@ -93,14 +97,15 @@ inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
   if (row_bytes % 16 != 0 || row_bytes < kMinRowBytes) return false;
   if (!route_override().staged_rows) return false;
   if (compute_major() < 9) return false;
-  // A row split in halves must start each half 16-byte aligned.
-  if (plan_part(row_bytes, elem, plan)) {
-    plan->split = 1;
-  } else if (allow_split && row_bytes % 32 == 0 && plan_part(row_bytes / 2, elem, plan)) {
-    plan->split = 2;
-  } else {
-    return false;
+  plan->split = 0;
+  for (int split = 1; split <= (allow_split ? kMaxSplit : 1); split *= 2) {
+    // Each part must start 16-byte aligned.
+    if (row_bytes % (16 * split) == 0 && plan_part(row_bytes / split, elem, plan)) {
+      plan->split = split;
+      break;
+    }
   }
+  if (plan->split == 0) return false;
   plan->part = n / plan->split;
   return true;
 }
@@ -131,7 +136,8 @@ inline bool plan_norm_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
 constexpr int kMaxPlanSmemBytes = kBarrierBytes + kMaxRingBytes;
 
 // Launches a persistent staged kernel: as many CTAs as fit on the GPU at
-// once (whole clusters of plan.split), at most plan.split per row.
+// once (whole clusters of plan.split), at most plan.split per row. Clusters
+// of 4 or 8 must fit in a GPC, so their count comes from the occupancy API.
 // A kernel's dynamic shared-memory limit is one value per (kernel, device),
 // not per plan: it is raised once to kMaxPlanSmemBytes and never lowered, so
 // whatever widths earlier calls (from any thread) ran, this launch fits it.
@@ -141,8 +147,8 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
                               cudaStream_t stream, Args&&... args) {
   struct Fit {
     const void* kernel;
-    int device, smem_bytes, threads;
-    int64_t ctas;
+    int device, smem_bytes, threads, split;
+    int64_t clusters;
   };
   static std::mutex mutex;
   static std::vector<Fit> known;
@@ -151,32 +157,49 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   const void* key = reinterpret_cast<const void*>(kernel);
-  int64_t ctas = 0;
+  int64_t fit = 0;  // clusters of plan.split at once
   {
     const std::lock_guard<std::mutex> lock(mutex);
     bool raised = false;
     for (const Fit& f : known) {
       if (f.kernel != key || f.device != device) continue;
       raised = true;
-      if (f.smem_bytes == plan.smem_bytes && f.threads == plan.threads) ctas = f.ctas;
+      if (f.smem_bytes == plan.smem_bytes && f.threads == plan.threads && f.split == plan.split) fit = f.clusters;
     }
     if (!raised) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  kMaxPlanSmemBytes);
       if (err != cudaSuccess) return err;
     }
-    if (ctas == 0) {
+    if (fit == 0 && plan.split <= 2) {
       int sms = 0, per_sm = 0;
       err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
       if (err != cudaSuccess) return err;
       err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
                                                           plan.smem_bytes);
       if (err != cudaSuccess) return err;
-      ctas = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-      known.push_back({key, device, plan.smem_bytes, plan.threads, ctas});
+      fit = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1) / plan.split;
+    } else if (fit == 0) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(static_cast<unsigned>(plan.split));
+      config.blockDim = dim3(plan.threads);
+      config.dynamicSmemBytes = plan.smem_bytes;
+      cudaLaunchAttribute cluster;
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = static_cast<unsigned>(plan.split);
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      int count = 0;
+      err = cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config);
+      if (err != cudaSuccess) return err;
+      if (count < 1) return cudaErrorInvalidConfiguration;
+      fit = count;
     }
+    if (fit > 0) known.push_back({key, device, plan.smem_bytes, plan.threads, plan.split, fit});
   }
-  const int64_t clusters = std::min<int64_t>(rows, ctas / plan.split);
+  const int64_t clusters = std::min<int64_t>(rows, fit);
   if (plan.split == 1) {
     kernel<<<static_cast<unsigned>(clusters), plan.threads, plan.smem_bytes, stream>>>(
         std::forward<Args>(args)...);
@@ -203,67 +226,65 @@ using sm90::cluster_rank;
 using sm90::cluster_sync;
 using sm90::shared_address;
 
-// Stores v at `at` in this CTA's shared memory and at the same offset in the
-// peer's (a 2-CTA cluster).
-__device__ __forceinline__ void store_both(float* at, float v) {
-  *at = v;
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(shared_address(at)), "r"(cluster_rank() ^ 1u));
-  asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v)) : "memory");
+// Stores v at `at` in the shared memory of every CTA of a cluster of
+// `ctas` (this one included).
+__device__ __forceinline__ void store_all(float* at, float v, int ctas) {
+  for (int q = 0; q < ctas; ++q) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(at)), "r"(q));
+    asm volatile("st.shared::cluster.b32 [%0], %1;" ::"r"(remote), "r"(__float_as_uint(v)) : "memory");
+  }
 }
 
-// Where a split row's reductions meet: two rounds of two slots (one per
-// CTA), alternating, so a round's slots are written again only after the
-// next round's barrier, which the peer passes after reading them.
-struct PairExchange {
-  float slots[2][2];
+// Where a split row's reductions meet: two rounds of one slot per CTA,
+// alternating, so a round's slots are written again only after the next
+// round's barrier, which every CTA passes after reading them.
+struct SplitExchange {
+  float slots[2][kMaxSplit];
 };
 
-// Combines a CTA-wide value (every thread holds it) with the peer CTA's in
-// a 2-CTA cluster; both CTAs get op(value of rank 0, value of rank 1). Only
-// softmax's float fast path splits rows.
+// Combines a CTA-wide value (every thread holds it) over the plan.split CTAs
+// of a cluster; all get op folded over the values in rank order, the same
+// bits everywhere (softmax's float fast path and rms_norm_).
 template <typename Op>
-__device__ __forceinline__ float pair_reduce(float v, PairExchange* ex, int* round, Op op) {
+__device__ __forceinline__ float split_reduce(float v, int split, SplitExchange* ex, int* round, Op op) {
   float* slot = ex->slots[*round & 1];
   *round += 1;
-  if (threadIdx.x == 0) {
-    store_both(slot + cluster_rank(), v);
-  }
+  if (threadIdx.x == 0) store_all(slot + cluster_rank(), v, split);
   cluster_sync();
-  return op(slot[0], slot[1]);
+  float r = slot[0];
+  for (int q = 1; q < split; ++q) r = op(r, slot[q]);
+  return r;
 }
 
 // A split row's statistics meet the same way: each CTA stores its moments
-// (moments.cuh) of x - shift, its own shift, in both CTAs' slot for its
-// rank, and after the cluster barrier both merge rank 0's and then rank 1's
-// moved to rank 0's shift, so both get the same bits. *shift becomes rank
-// 0's shift.
-struct PairMoments {
-  float slots[2][2][4];  // [round][rank][n, mean, M2, shift]
+// (moments.cuh) of x - shift, with its own shift, in every CTA's slot for
+// its rank, and after the cluster barrier all merge them in rank order, each
+// moved to rank 0's shift, so all get the same bits. *shift becomes rank 0's
+// shift.
+struct SplitMoments {
+  float slots[2][kMaxSplit][4];  // [round][rank][n, mean, M2, shift]
 };
 
-__device__ __forceinline__ rowwise::Moments<float> pair_moments(const rowwise::Moments<float>& m,
-                                                                float* shift,
-                                                         PairMoments* ex, int* round) {
+__device__ __forceinline__ rowwise::Moments<float> split_moments(const rowwise::Moments<float>& m, float* shift,
+                                                                 int split, SplitMoments* ex, int* round) {
   float (*slot)[4] = ex->slots[*round & 1];
   *round += 1;
   if (threadIdx.x == 0) {
     const float v[4] = {m.n, m.mean, m.m2, *shift};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) store_both(&slot[cluster_rank()][k], v[k]);
+    for (int k = 0; k < 4; ++k) store_all(&slot[cluster_rank()][k], v[k], split);
   }
   cluster_sync();
   rowwise::Moments<float> r;
   r.merge(slot[0][0], slot[0][1], slot[0][2]);
-  r.merge(slot[1][0], slot[1][1] + (slot[1][3] - slot[0][3]), slot[1][2]);
+  for (int q = 1; q < split; ++q) r.merge(slot[q][0], slot[q][1] + (slot[q][3] - slot[0][3]), slot[q][2]);
   *shift = slot[0][3];
   return r;
 }
 
 // The rows and columns one CTA of a staged launch works on: with plan.split
-// == 2 the two CTAs of a cluster stage the two halves of the same rows.
+// > 1 the CTAs of a cluster stage the parts of the same rows.
 struct Share {
   int64_t part_base;  // the first column this CTA stages
   int64_t first_row;
@@ -271,7 +292,7 @@ struct Share {
 };
 
 __device__ __forceinline__ Share share_of(const Plan& plan) {
-  return {plan.split == 2 ? static_cast<int64_t>(cluster_rank()) * plan.part : 0,
+  return {plan.split > 1 ? static_cast<int64_t>(cluster_rank()) * plan.part : 0,
           static_cast<int64_t>(blockIdx.x / plan.split),
           static_cast<int64_t>(gridDim.x / plan.split)};
 }
@@ -295,8 +316,8 @@ class RowRing {
       : RowRing(smem, x + share.part_base, rows, stride, plan, share.first_row, share.row_step) {}
 
   // Every thread calls this once; thread 0 sets up the barriers and fills the
-  // ring. A split row's CTAs then wait for each other, so that the peer runs
-  // before any remote store.
+  // ring. A split row's CTAs then wait for each other, so that every CTA of
+  // the cluster runs before any remote store.
   __device__ void start() {
     if (threadIdx.x == 0) {
       for (int s = 0; s < plan_.slots; ++s) sm90::mbar_init(bars_ + s, 1);
@@ -304,7 +325,7 @@ class RowRing {
       for (int64_t p = 0; p < plan_.slots; ++p) issue(p);
     }
     __syncthreads();
-    if (plan_.split == 2) cluster_sync();
+    if (plan_.split > 1) cluster_sync();
   }
 
   // Piece j of the CTA's row li, once its copy has landed.
