@@ -106,6 +106,16 @@ inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
     }
   }
   if (plan->split == 0) return false;
+  // A row that needs a cluster anyway goes to one twice as large where that
+  // makes parts of at most two slots: rings of three slots leave room for two
+  // CTAs per SM, one loading while the other reduces or writes.
+  Plan smaller;
+  const int twice = plan->split * 2;
+  if (plan->split > 1 && plan->pieces > 2 && twice <= kMaxSplit && row_bytes % (16 * twice) == 0 &&
+      plan_part(row_bytes / twice, elem, &smaller) && smaller.pieces <= 2) {
+    *plan = smaller;
+    plan->split = twice;
+  }
   plan->part = n / plan->split;
   return true;
 }
