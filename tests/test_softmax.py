@@ -83,6 +83,22 @@ def test_cuda_staged_rows_match_torch(dtype, width, rows):
     assert_close(x, expected, dtype)
 
 
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_split_rows_with_parts_of_minus_inf(dtype):
+    """A row split over a cluster sums each part against the part's own max,
+    then rescales: a part that is all -inf must add 0, not NaN."""
+    x = torch.randn(4, 270336, device="cuda", dtype=dtype) * 4
+    x[0, :100000] = float("-inf")  # the first parts
+    x[1, -70000:] = float("-inf")  # the last part
+    x[2, 5] = float("-inf")
+    x[3, 1:] = float("-inf")  # one finite element: the output is one 1 and zeros
+    expected = reference(x)
+    make_inplace.softmax_(x)
+    assert not x.isnan().any()
+    assert_close(x, expected, dtype)
+
+
 # Register rows (1024, 4096), staged rows of one CTA and of clusters of 2 to 8
 # (16384 to 262144) and two-pass rows (1048576), in every order: a kernel's
 # launch limits must hold whatever widths ran before.

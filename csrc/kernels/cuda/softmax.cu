@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(staged::kThreads)
   using V = Vec<T, VEC>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ A scratch[32];
-  __shared__ staged::SplitExchange exchange;  // split rows only (PLAIN: A is float)
+  __shared__ staged::SplitMaxSum exchange;  // split rows only (PLAIN: A is float)
   int round = 0;
   const staged::Share share = staged::share_of(plan);
   const int64_t part_base = share.part_base, cluster = share.first_row, clusters = share.row_step;
@@ -296,8 +296,9 @@ __global__ void __launch_bounds__(staged::kThreads)
           vmax.add(*reinterpret_cast<const V*>(piece + c));
         }
       }
+      // Split rows: this part's max; the parts' (max, sum) pairs meet once, below.
       row_max = group_reduce(vmax.result(), threads, neg_inf<T>(), scratch, MaxOp{});
-      if (plan.split > 1) row_max = staged::split_reduce(row_max, plan.split, &exchange, &round, MaxOp{});
+      const A shift = plan.split > 1 && row_max == neg_inf<T>() ? A(0) : row_max;
       A s = 0;
       for (int j = 0; j < plan.pieces; ++j) {
         const T* piece = ring.landed(li, j);
@@ -307,11 +308,11 @@ __global__ void __launch_bounds__(staged::kThreads)
           float f[F];
           unpack_vector<T>(*reinterpret_cast<const V*>(piece + c), f);
 #pragma unroll
-          for (int e = 0; e < F; ++e) s += exp2_approx((f[e] - row_max) * scale);
+          for (int e = 0; e < F; ++e) s += exp2_approx((f[e] - shift) * scale);
         }
       }
       s = group_reduce(s, threads, A(0), scratch, SumOp{});
-      if (plan.split > 1) s = staged::split_reduce(s, plan.split, &exchange, &round, SumOp{});
+      if (plan.split > 1) staged::split_max_sum(&row_max, &s, scale, plan.split, &exchange, &round);
       inv = A(1) / s;
     } else {  // never split (plan_rows without allow_split)
       A m = neg_inf<T>(), s = 0;

@@ -20,8 +20,8 @@
 // Rows too long for one CTA's ring are split over a cluster of 2, 4 or 8
 // CTAs where the kernel allows: each stages its part of the row, and the
 // row's reductions are combined through distributed shared memory
-// (split_reduce), one cluster barrier per reduction. So a row of up to 8
-// rings is still read once.
+// (split_reduce, split_max_sum, split_moments), one cluster barrier per
+// reduction. So a row of up to 8 rings is still read once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -255,7 +255,7 @@ struct SplitExchange {
 
 // Combines a CTA-wide value (every thread holds it) over the plan.split CTAs
 // of a cluster; all get op folded over the values in rank order, the same
-// bits everywhere (softmax's float fast path and rms_norm_).
+// bits everywhere (rms_norm_'s sum of squares).
 template <typename Op>
 __device__ __forceinline__ float split_reduce(float v, int split, SplitExchange* ex, int* round, Op op) {
   float* slot = ex->slots[*round & 1];
@@ -265,6 +265,33 @@ __device__ __forceinline__ float split_reduce(float v, int split, SplitExchange*
   float r = slot[0];
   for (int q = 1; q < split; ++q) r = op(r, slot[q]);
   return r;
+}
+
+// A split softmax row's (max, sum) pairs meet in one barrier: each CTA's sum
+// is of exp2((x - m) * scale) with m its own part's max, and all rescale them
+// to the largest m, in rank order. A part whose max is -inf adds 0 (its sum
+// is 0: the caller sums with a shift of 0 there).
+struct SplitMaxSum {
+  float slots[2][kMaxSplit][2];  // [round][rank][max, sum]
+};
+
+__device__ __forceinline__ void split_max_sum(float* m, float* s, float scale, int split, SplitMaxSum* ex,
+                                              int* round) {
+  float (*slot)[2] = ex->slots[*round & 1];
+  *round += 1;
+  if (threadIdx.x == 0) {
+    store_all(&slot[cluster_rank()][0], *m, split);
+    store_all(&slot[cluster_rank()][1], *s, split);
+  }
+  cluster_sync();
+  float top = slot[0][0];
+  for (int q = 1; q < split; ++q) top = fmaxf(top, slot[q][0]);
+  float sum = 0.f;
+  for (int q = 0; q < split; ++q) {
+    if (slot[q][0] != -INFINITY) sum += slot[q][1] * exp2f((slot[q][0] - top) * scale);
+  }
+  *m = top;
+  *s = sum;
 }
 
 // A split row's statistics meet the same way: each CTA stores its moments
