@@ -89,7 +89,8 @@ inline bool plan_part(int64_t part_bytes, int elem, Plan* plan) {
 // not apply: rows too short, rows too long for the ring (or, where the
 // kernel can combine parts (allow_split), for kMaxSplit rings), a GPU older
 // than sm_90, or staging switched off (route_override.h; tests and sweeps).
-// A row is split over the fewest CTAs whose parts fit a ring.
+// A row is split over the fewest CTAs whose parts fit a ring, or twice as
+// many where that makes parts of at most two slots.
 // The caller has checked that x (and every vector it reads beside it) is
 // 16-byte aligned.
 inline bool plan_rows(int64_t n, int elem, bool allow_split, Plan* plan) {
