@@ -21,7 +21,7 @@ SHAPES = [(16384, 512), (65536, 768), (40000, 1024), (16384, 2048), (16384, 4096
 DTYPES = ["bfloat16", "float16"]
 
 
-def measure(tag: str, out: str, transpose: bool) -> None:
+def measure(tag: str, out: str, transpose: bool, shapes: list[tuple[int, int]], dtypes: list[str]) -> None:
     import torch
 
     import make_inplace
@@ -29,13 +29,13 @@ def measure(tag: str, out: str, transpose: bool) -> None:
 
     device = torch.device("cuda")
     with open(out, "a") as f:
-        for rows, n in SHAPES:
-            for name in DTYPES:
+        for rows, n in shapes:
+            for name in dtypes:
                 dtype = getattr(torch, name)
                 # As bench_square_matmul: sets that fit in L2 are rotated.
                 sets = [(torch.randn(rows, n, device=device, dtype=dtype),
                          torch.randn(n, n, device=device, dtype=dtype) / n**0.5)
-                        for _ in range(4 if rows * n * 2 < (64 << 20) else 1)]
+                        for _ in range(4 if rows * n * dtype.itemsize < (64 << 20) else 1)]
                 i = [0]
 
                 def cycled(fn):
@@ -80,12 +80,15 @@ def main() -> None:
     p.add_argument("--tag")
     p.add_argument("--out")
     p.add_argument("--transpose", action="store_true")
+    p.add_argument("--shapes", default=",".join(f"{r}x{n}" for r, n in SHAPES))
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="e.g. float32 (TF32 stays off)")
     p.add_argument("--report")
     a = p.parse_args()
     if a.report:
         report(a.report)
     else:
-        measure(a.tag, a.out, a.transpose)
+        shapes = [tuple(map(int, s.split("x"))) for s in a.shapes.split(",")]
+        measure(a.tag, a.out, a.transpose, shapes, a.dtypes.split(","))
 
 
 if __name__ == "__main__":

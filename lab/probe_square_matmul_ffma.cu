@@ -3,7 +3,8 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I csrc/include -I $SITE/nvidia/cu13/include \
 //     lab/probe_square_matmul_ffma.cu csrc/kernels/cuda/square_matmul_ffma.cu -o ffma_probe \
 //     -L $SITE/nvidia/cu13/lib -l:libcublas.so.13 -cudart static
-//   ./ffma_probe [rows n transpose]   (CLUSTERS=1: cluster mode, no counters)
+//   ./ffma_probe [rows n transpose]   (CLUSTERS=1: cluster mode, no counters; TILES=2: two tiles per CTA)
+// First prints the residency (CTAs of a cooperative grid, clusters of each size) of each variant.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -20,6 +21,15 @@ int main(int argc, char** argv) {
   int nshapes = sizeof(shapes)/sizeof(shapes[0]);
   int only_tr = -1;
   if (argc >= 4) { shapes[0][0] = atoi(argv[1]); shapes[0][1] = atoi(argv[2]); only_tr = atoi(argv[3]); nshapes = 1; }
+  for (int tr = 0; tr < 2; ++tr)
+    for (int tiles = 1; tiles <= ffma::kMaxTilesPerCta; ++tiles) {
+      const Residency r = square_matmul_ffma_residency(tr, tiles);
+      printf("residency transpose=%d tiles=%d: ctas %d, clusters", tr, tiles, r.ctas);
+      for (int c = 1; c <= kMaxClusterCtas; ++c) printf(" %d", r.clusters[c]);
+      printf("\n");
+    }
+  const int tiles = getenv("TILES") ? atoi(getenv("TILES")) : 1;
+  const bool clusters = getenv("CLUSTERS") != nullptr;
   cublasHandle_t h; cublasCreate(&h);
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
   for (int si = 0; si < nshapes; ++si) {
@@ -43,7 +53,16 @@ int main(int argc, char** argv) {
       // reference C = x @ w (+ bias added on host compare)
       cublasSgemm(h, op, CUBLAS_OP_N, n, rows, n, &one, w, n, x0, n, &zero, c, n);
       CK(cudaMemcpy(x, x0, xs * 4, cudaMemcpyDeviceToDevice));
-      CK(square_matmul_ffma(x, w, b, rows, n, tr, getenv("CLUSTERS") ? nullptr : cnt, 0));
+      const Residency res = square_matmul_ffma_residency(tr, tiles);
+      RowBlockLaunch launch;
+      launch.tiles_per_cta = tiles;
+      launch.group_ctas = ((n + 127) / 128 + tiles - 1) / tiles;
+      const int fit = clusters ? (launch.group_ctas <= kMaxClusterCtas ? res.clusters[launch.group_ctas] : 0)
+                               : res.ctas / launch.group_ctas;
+      launch.groups = std::min(fit, (rows + 127) / 128);
+      if (launch.groups < 1) { printf("rows=%6d n=%5d tr=%d: no group fits\n", rows, n, tr); continue; }
+      uint32_t* counters = clusters ? nullptr : cnt;
+      CK(square_matmul_ffma(x, w, b, rows, n, tr, launch, counters, 0));
       CK(cudaDeviceSynchronize());
       std::vector<float> hr(xs), hc(xs);
       CK(cudaMemcpy(hr.data(), x, xs * 4, cudaMemcpyDeviceToHost));
@@ -60,10 +79,10 @@ int main(int argc, char** argv) {
         std::sort(t.begin(), t.end()); return t[t.size() / 2];
       };
       float t_cublas = timeit([&] { cublasSgemm(h, op, CUBLAS_OP_N, n, rows, n, &one, w, n, x0, n, &zero, c, n); });
-      float t_ours = timeit([&] { square_matmul_ffma(x, w, b, rows, n, tr, getenv("CLUSTERS") ? nullptr : cnt, 0); });
+      float t_ours = timeit([&] { square_matmul_ffma(x, w, b, rows, n, tr, launch, counters, 0); });
       double fl = 2.0 * rows * (double)n * n;
-      printf("rows=%6d n=%5d tr=%d  cublas %.3f ms (%.1f TF)  ffma %.3f ms (%.1f TF)  ratio %.3f  maxerr %.2e\n",
-             rows, n, tr, t_cublas, fl / t_cublas / 1e9, t_ours, fl / t_ours / 1e9, t_cublas / t_ours, maxerr);
+      printf("groups=%3d of %2d  rows=%6d n=%5d tr=%d  cublas %.3f ms (%.1f TF)  ffma %.3f ms (%.1f TF)  ratio %.3f  maxerr %.2e\n",
+             launch.groups, launch.group_ctas, rows, n, tr, t_cublas, fl / t_cublas / 1e9, t_ours, fl / t_ours / 1e9, t_cublas / t_ours, maxerr);
       cudaFree(x); cudaFree(x0); cudaFree(c); cudaFree(w); cudaFree(b); cudaFree(cnt);
     }
   }

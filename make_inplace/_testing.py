@@ -49,8 +49,9 @@ def forced_route(
         route: a square_matmul_ route from FORCED_ROUTES. It runs wherever it can
             run the call (dtype, alignment, GPU, workspace bound), whatever the
             policy's size thresholds; where it cannot, the policy decides.
-        tiles_per_cta: the wgmma kernel's 256-column tiles per CTA (1 or 2);
-            None lets the policy choose.
+        tiles_per_cta: result tiles per CTA (1 or 2) of the wgmma kernel
+            (128 x 256) and the FFMA kernel (128 x 128); None lets the
+            policy choose.
         panels_batched: False runs the panel route's GEMMs one workspace block
             at a time instead of one batched call per panel.
         staged_rows: False keeps softmax_ and layer_norm_ off their staged-rows

@@ -501,33 +501,39 @@ FFMA_WORKSPACE = 4 << 20  # room for the row-block counters (the kernel needs a 
 @pytest.mark.parametrize(
     "rows,n",
     # n: the smallest width, partial tiles and partial k-slices, one to 64
-    # column tiles per group; rows: partial, single and several row-blocks,
-    # and more row-blocks than groups.
+    # column tiles per group (odd counts: the last CTA of two tiles has one);
+    # rows: partial, single and several row-blocks, and more row-blocks than
+    # groups.
     [(1, 4), (5, 36), (127, 128), (128, 132), (129, 1000), (1000, 1024), (4097, 768), (300, 2052),
      (1025, 4096), (20000, 512), (65, 8192)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("tiles_per_cta", [None, 2], ids=["auto", "2"])
 @pytest.mark.parametrize("workspace_bytes", [0, FFMA_WORKSPACE], ids=["clusters", "counters"])
-def test_cuda_ffma_kernel_values(rows, n, transpose, workspace_bytes):
-    """Every fp32 shape the FFMA kernel takes goes to it (forced_route("ffma")), in both
-    modes: row-block counters (a 4 MiB bound) and, on sm_90 up to n = 2048 (16 CTAs),
-    clusters (no memory); a sentinel row after x must stay unwritten."""
-    if workspace_bytes == 0 and not (HOPPER and n <= 2048):
-        pytest.skip("cluster mode needs sm_90 and n <= 2048")
+def test_cuda_ffma_kernel_values(rows, n, transpose, tiles_per_cta, workspace_bytes):
+    """Every fp32 shape the FFMA kernel takes goes to it (forced_route("ffma")), with the
+    policy's choice of tiles per CTA and with two forced (the first parked in shared
+    memory until the row-block is free), in both modes: row-block counters (a 4 MiB
+    bound) and, on sm_90 up to 16 CTAs a group (n <= 4096), clusters (no memory); a
+    sentinel row after x must stay unwritten."""
+    if workspace_bytes == 0 and not (HOPPER and n <= 4096):
+        pytest.skip("cluster mode needs sm_90 and n <= 4096")
     assert not torch.backends.cuda.matmul.allow_tf32
-    with forced_route("ffma"):
-        _check_kernel_with_sentinel("square_matmul_ffma", rows, n, torch.float32, transpose, workspace_bytes)
+    kernel = f"square_matmul_ffma_kernel<{str(transpose).lower()}, 2>" if tiles_per_cta == 2 else "square_matmul_ffma"
+    with forced_route("ffma", tiles_per_cta=tiles_per_cta):
+        _check_kernel_with_sentinel(kernel, rows, n, torch.float32, transpose, workspace_bytes)
 
 
 @requires_cuda
-@pytest.mark.parametrize("rows,n", [(40000, 1024), (16384, 2048), (65536, 768), (16384, 512)])
-@pytest.mark.parametrize("workspace_bytes", [None, 0])
+@pytest.mark.parametrize("rows,n,workspace_bytes", [(r, n, ws) for r, n in [(40000, 1024), (16384, 2048), (65536, 768),
+                                                                           (16384, 512)] for ws in (None, 0)]
+                         + [(16384, 4096, 0)])
 @pytest.mark.fresh_process
 def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes):
-    """The fp32 benchmark shapes below n = 4096 take the FFMA kernel: the default mode
+    """The fp32 benchmark shapes take the FFMA kernel: below n = 4096 the default mode
     allocates only its row-block counters (within the bound); workspace_bytes=0 runs
-    clusters on sm_90 and allocates nothing. (n = 4096 keeps the panels: see
-    test_cuda_ffma_kernel_declines.)"""
+    clusters on sm_90 (two tiles per CTA at n = 4096) and allocates nothing. (With a
+    workspace n = 4096 keeps the panels: see test_cuda_ffma_kernel_declines.)"""
     x, ours, _ = _memory_case(rows, n, torch.float32, workspace_bytes)
     if workspace_bytes == 0:
         assert ours.allocated == 0 and ours.reserved == 0, ours

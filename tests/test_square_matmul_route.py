@@ -30,13 +30,18 @@ def waves_width(dtype):
 H100_GPCS = [16, 16, 18, 18, 18, 18, 18, 10]
 
 
+# The FFMA kernel's clusters per size on an H100 SXM, as its occupancy query
+# reported them (both layouts, one or two tiles per CTA).
+H100_FFMA_CLUSTERS = [0, 264, 132, 79, 62, 47, 39, 32, 30, 23, 21, 16, 16, 14, 14, 14, 14]
+
+
 def h100(dtype, **changes):
     facts = DeviceFacts(
         capability=(9, 0),
         wgmma_ctas=132,
         wgmma_clusters=clusters(H100_GPCS, 1),
         ffma_ctas=264,
-        ffma_clusters=clusters(H100_GPCS, 2),
+        ffma_clusters=H100_FFMA_CLUSTERS,
         waves_max_width=waves_width(dtype),
     )
     return facts._replace(**changes)
@@ -102,26 +107,36 @@ CASES = [
      "panels_small_blocks", {}),
     ("fp32 and fp64 never take wgmma", 40000, 1024, F64, "h100", {}, "panels_one_buffer", {}),
     # ---- the fp32 FFMA kernel: no TF32, counted from 256 tiles, clusters from 512
-    ("ffma counted by default", 40000, 1024, F32, "h100", {}, "ffma_counted",
-     dict(tiles_per_cta=1, group_ctas=8, groups=33, counter_bytes=313 * 4)),
-    ("ffma clusters with no workspace", 40000, 1024, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
-     dict(group_ctas=8, groups=30)),
+    ("ffma counted by default: two tiles where they take no more rounds", 40000, 1024, F32, "h100", {},
+     "ffma_counted", dict(tiles_per_cta=2, group_ctas=4, groups=66, counter_bytes=313 * 4)),
+    ("ffma clusters with no workspace: one tile where two take more rounds", 40000, 1024, F32, "h100",
+     dict(workspace_bytes=0), "ffma_clusters", dict(tiles_per_cta=1, group_ctas=8, groups=30)),
+    ("ffma clusters at n = 512: two tiles, 2 rounds against 3", 16384, 512, F32, "h100", dict(workspace_bytes=0),
+     "ffma_clusters", dict(tiles_per_cta=2, group_ctas=2, groups=128)),
     ("ffma: TF32 allowed goes to cuBLAS", 40000, 1024, F32, "h100", dict(allow_tf32=True), "panels_small_blocks",
      dict(panel_blocks=8, panel_rows_per_block=255)),
-    ("ffma counted at 256 tiles", 4096, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "ffma_counted", {}),
+    ("ffma counted at 256 tiles: one tile, one round", 4096, 1024, F32, "h100", dict(workspace_bytes=4 * MiB),
+     "ffma_counted", dict(tiles_per_cta=1, group_ctas=8, groups=32)),
     ("ffma counted below 256 tiles: waves", 3968, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
     ("ffma clusters at 512 tiles", 8192, 1024, F32, "h100", dict(workspace_bytes=0), "ffma_clusters", {}),
     ("ffma clusters below 512 tiles: waves", 8064, 1024, F32, "h100", dict(workspace_bytes=0), "waves", {}),
-    ("ffma clusters up to n = 2048", 40000, 2048, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
-     dict(group_ctas=16, groups=15)),
-    ("ffma clusters above n = 2048: waves", 40000, 2052, F32, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma clusters at n = 2048: two tiles, 22 rounds against 23", 40000, 2048, F32, "h100",
+     dict(workspace_bytes=0), "ffma_clusters", dict(tiles_per_cta=2, group_ctas=8, groups=30)),
+    ("ffma clusters above n = 2048: two tiles only", 40000, 2052, F32, "h100", dict(workspace_bytes=0),
+     "ffma_clusters", dict(tiles_per_cta=2, group_ctas=9, groups=23)),
+    ("ffma clusters up to n = 4096", 16384, 4096, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
+     dict(tiles_per_cta=2, group_ctas=16, groups=14)),
+    ("ffma clusters above n = 4096: waves", 40000, 4100, F32, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma clusters: one tile's cluster size unschedulable", 40000, 1024, F32, "h100",
+     dict(workspace_bytes=0, facts=dict(ffma_clusters=H100_FFMA_CLUSTERS[:8] + [0] * 9)), "ffma_clusters",
+     dict(tiles_per_cta=2, group_ctas=4, groups=62)),
     ("ffma: fp32 from n = 4096 keeps contiguous panels", 40000, 4096, F32, "h100", {}, "panels_one_buffer",
      dict(panel_blocks=1, panel_block_bytes=38 * MiB, panel_rows_per_block=38 * MiB // 16384)),
     ("ffma: below n = 4096 the FFMA kernel", 40000, 4092, F32, "h100", {}, "ffma_counted", {}),
     ("ffma: n = 4096 with small blocks", 4096, 4096, F32, "h100", dict(workspace_bytes=4 * MiB), "ffma_counted", {}),
     ("ffma: n not a multiple of 4", 40000, 1026, F32, "h100", {}, "panels_small_blocks", {}),
     ("ffma: misaligned bias", 40000, 1024, F32, "h100", dict(bias_aligned=False), "panels_small_blocks", {}),
-    ("ffma on sm_80: counted", 40000, 1024, F32, "a100", {}, "ffma_counted", dict(groups=27)),
+    ("ffma on sm_80: counted", 40000, 1024, F32, "a100", {}, "ffma_counted", dict(tiles_per_cta=2, groups=54)),
     ("ffma on sm_80: no clusters", 40000, 1024, F32, "a100", dict(workspace_bytes=0), "waves", {}),
     ("ffma counted: groups must fit at once", 40000, 40000, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
     # ---- cuBLAS panels against the waves kernel, by bound
@@ -208,6 +223,12 @@ FORCED = [
     ("ffma over contiguous panels", 40000, 4096, F32, "h100", {}, dict(forced="ffma"), "ffma_counted", {}),
     ("ffma clusters forced over counters", 40000, 1024, F32, "h100", {}, dict(forced="ffma_clusters"),
      "ffma_clusters", {}),
+    ("ffma two tiles per CTA, counted", 40000, 1000, F32, "h100", dict(workspace_bytes=4 * MiB),
+     dict(forced="ffma", tiles_per_cta=2), "ffma_counted", dict(tiles_per_cta=2, group_ctas=4, groups=66)),
+    ("ffma two tiles per CTA, clusters", 40000, 1412, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_clusters", tiles_per_cta=2), "ffma_clusters", dict(tiles_per_cta=2, group_ctas=6)),
+    ("ffma one tile per CTA cannot reach n = 4096 in clusters", 4096, 4096, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_clusters", tiles_per_cta=1), "waves", {}),
     ("ffma counted without a bound: the policy decides", 40000, 1024, F32, "h100", dict(workspace_bytes=0),
      dict(forced="ffma_counted"), "ffma_clusters", {}),
     ("ffma with TF32 allowed: the policy decides", 4096, 1024, F32, "h100",

@@ -54,7 +54,11 @@ square_matmul::Device device_facts(int device, ScalarKind kind, bool transpose) 
       d.wgmma[tiles - 1] = kernels::square_matmul_wgmma_residency(kind, transpose, tiles);
     }
   }
-  if (kind == ScalarKind::kFloat32) d.ffma = kernels::square_matmul_ffma_residency(transpose);
+  if (kind == ScalarKind::kFloat32) {
+    for (int tiles = 1; tiles <= kernels::ffma::kMaxTilesPerCta; ++tiles) {
+      d.ffma[tiles - 1] = kernels::square_matmul_ffma_residency(transpose, tiles);
+    }
+  }
   d.waves_max_width = kernels::square_matmul_waves_max_width(kind);
   known.push_back({device, kind, transpose, d});
   return d;

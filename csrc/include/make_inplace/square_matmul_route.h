@@ -52,7 +52,7 @@ struct Device {
   bool sm90a_built = false;   // this library carries the sm_90a (wgmma) kernels
   bool tensor_maps = false;   // the driver can encode TMA tensor maps
   kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1]
-  kernels::Residency ffma;
+  kernels::Residency ffma[kernels::ffma::kMaxTilesPerCta];    // [tiles per CTA - 1]
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
   int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
 };
@@ -74,7 +74,7 @@ enum class Forced {
 
 struct Override {
   Forced route = Forced::kNone;
-  int tiles_per_cta = 0;       // wgmma: 0 the policy's choice, else 1 or 2 only
+  int tiles_per_cta = 0;       // wgmma and FFMA: 0 the policy's choice, else 1 or 2 only
   bool panels_batched = true;  // false: one GEMM per workspace block
 };
 

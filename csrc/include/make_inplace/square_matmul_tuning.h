@@ -46,6 +46,11 @@ constexpr double kWgmmaTwoTileRoundCost = 2.3;
 // routes: counted (every CTA resident) and in clusters (fewer fit at once).
 constexpr int64_t kFfmaCountedMinTiles = 256;
 constexpr int64_t kFfmaClusterMinTiles = 512;
+// An FFMA CTA computes two tiles where their rounds of row-blocks, at this
+// cost each, come to no more than one tile's: 15 of 16 shapes measured on an
+// H100 (11 in clusters, 5 counted) took the faster choice by this rule, ties
+// included (docs/notes/square_matmul_ffma.md).
+constexpr double kFfmaTwoTileRoundCost = 2.0;
 // From this width fp32 keeps cuBLAS's panels when their buffer is contiguous.
 constexpr int64_t kFfmaPanelsFromN = 4096;
 // CPU: panels of fewer rows lose to the row kernel (GEMM threading overhead).

@@ -118,23 +118,43 @@ bool plan_wgmma(const Call& c, const Device& d, int only_tiles, Forced mode, Pla
 
 // The FFMA kernel, counted or in clusters. It takes fp32 without TF32 (with
 // TF32 allowed cuBLAS's TF32 is faster), n a multiple of 4 and 16-byte
-// aligned x, W and bias (16-byte loads), and groups of ceil(n / 128) CTAs that
-// fit at once: in the cooperative grid, or in one cluster (sm_90, n <= 2048).
-bool plan_ffma(const Call& c, const Device& d, bool counted, Plan* out) {
+// aligned x, W and bias (16-byte loads), and groups of ceil(n / (128 t)) CTAs
+// that fit at once: in the cooperative grid, or in one cluster (sm_90, at
+// most 16 CTAs). A CTA computes t = 2 tiles where its rounds of row-blocks,
+// at kFfmaTwoTileRoundCost one-tile rounds each, come to no more than those of
+// t = 1 (groups half as large fit twice as often, or better in the GPCs);
+// clusters also where t = 1 does not fit (n > 2048: the alternative is the
+// waves kernel). `only` (1 or 2, from an override) allows that choice alone.
+bool plan_ffma(const Call& c, const Device& d, bool counted, int only, Plan* out) {
   if (!d.cuda || c.kind != ScalarKind::kFloat32 || c.allow_tf32) return false;
   if (c.n < 4 || c.n % 4 != 0 || c.rows > kernels::kMaxGroupRows) return false;
   if (!c.x_aligned16 || !c.w_aligned16 || !c.bias_aligned16) return false;
-  const int64_t group = ceil_div(c.n, kernels::ffma::kColTile);
-  int64_t fit = 0;
-  if (counted) {
-    fit = d.ffma.ctas >= group ? d.ffma.ctas / group : 0;
-  } else if (group <= kernels::kMaxClusterCtas && d.major >= 9) {
-    fit = d.ffma.clusters[group];
-  }
-  if (fit < 1) return false;
+  const int64_t col_tiles = ceil_div(c.n, kernels::ffma::kColTile);
   const int64_t row_blocks = ceil_div(c.rows, kernels::ffma::kRowBlock);
+  int64_t groups[kernels::ffma::kMaxTilesPerCta] = {};  // groups at once per tiles-per-CTA, 0: none fit
+  for (int tiles = 1; tiles <= kernels::ffma::kMaxTilesPerCta; ++tiles) {
+    if (only != 0 && only != tiles) continue;
+    const int64_t group = ceil_div(col_tiles, tiles);
+    const kernels::Residency& r = d.ffma[tiles - 1];
+    if (counted) {
+      groups[tiles - 1] = r.ctas / group;
+    } else if (group <= kernels::kMaxClusterCtas && d.major >= 9) {
+      groups[tiles - 1] = r.clusters[group];
+    }
+  }
+  int tiles = 0;
+  if (groups[0] > 0 && groups[1] > 0) {
+    const double one = static_cast<double>(ceil_div(row_blocks, groups[0]));
+    const double two = kFfmaTwoTileRoundCost * static_cast<double>(ceil_div(row_blocks, groups[1]));
+    tiles = two <= one ? 2 : 1;
+  } else if (groups[0] > 0 || (groups[1] > 0 && (!counted || only == 2))) {
+    tiles = groups[0] > 0 ? 1 : 2;
+  } else {
+    return false;
+  }
   out->route = counted ? Route::kFfmaCounted : Route::kFfmaClusters;
-  out->groups = {1, static_cast<int>(group), static_cast<int>(std::min(fit, row_blocks))};
+  out->groups = {tiles, static_cast<int>(ceil_div(col_tiles, tiles)),
+                 static_cast<int>(std::min(groups[tiles - 1], row_blocks))};
   out->counter_bytes = counted ? kernels::row_block_counter_bytes(c.rows) : 0;
   return true;
 }
@@ -222,7 +242,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
     case Forced::kFfmaCounted:
     case Forced::kFfmaClusters: {
       const bool counted = o.route == Forced::kFfma ? counters : o.route == Forced::kFfmaCounted;
-      if ((counters || !counted) && plan_ffma(c, d, counted, &p)) return p;
+      if ((counters || !counted) && plan_ffma(c, d, counted, o.tiles_per_cta, &p)) return p;
       break;
     }
     case Forced::kPanels:
@@ -249,7 +269,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   const bool panels_ahead = c.n >= kFfmaPanelsFromN && !panels.small_blocks &&
                             panels_pay(panels, c.rows, c.n, kernels::element_size(ScalarKind::kFloat32));
   if (ffma_tiles >= (counters ? kFfmaCountedMinTiles : kFfmaClusterMinTiles) && !panels_ahead &&
-      plan_ffma(c, d, counters, &p)) {
+      plan_ffma(c, d, counters, o.tiles_per_cta, &p)) {
     return p;
   }
 

@@ -5,15 +5,17 @@
 // Why: cuBLAS's SGEMM cannot write over its input, so the panel route runs it
 // on panels that fit the workspace bound, each one wave of the GPU, and copies
 // each back. Here the whole product is one kernel: a cooperative grid (every
-// CTA resident) in groups of ceil(n / 128) CTAs. A group owns one 128-row
-// block at a time and each of its CTAs computes one 128 x 128 result tile of
-// it in registers. Reading the block is finished when every CTA of the group
-// has added 1 to the block's counter; only then does a CTA write its tile over
-// x. Groups own disjoint blocks, so there is nothing else to order. Without
-// the counters (no memory at all, sm_90 and n <= 2048) a group is a
-// thread-block cluster and a cluster barrier replaces them; clusters must fit
-// in a GPC, so fewer CTAs run at once. The routing policy
-// (square_matmul_route.h) picks the mode and the grid.
+// CTA resident) in groups of ceil(n / (128 t)) CTAs. A group owns one 128-row
+// block at a time and each of its CTAs computes t = 1 or 2 of the block's
+// 128 x 128 result tiles: the last in registers, the first (t = 2) parked in
+// shared memory. Reading the block is finished when every CTA of the group
+// has added 1 to the block's counter; only then does a CTA write its tiles
+// over x. Groups own disjoint blocks, so there is nothing else to order.
+// Without the counters (no memory at all, sm_90, up to 16 CTAs a group: n <=
+// 2048 with one tile, 4096 with two) a group is a thread-block cluster and a
+// cluster barrier replaces them; clusters must fit in a GPC, so fewer CTAs
+// run at once. The routing policy (square_matmul_route.h) picks the mode, the
+// tiles per CTA and the grid.
 //
 // The main loop is a classic SIMT SGEMM: k-slices of 8 staged through
 // registers into double-buffered shared memory (x's slice transposed so that
@@ -39,6 +41,11 @@ constexpr int kCtasPerSm = 2;
 // Row stride of a transposed slice in shared memory: k and k + 4, which one
 // warp writes together, land 16 banks apart.
 constexpr int kPad = kBM + 4;
+// A thread's 16 x 8 results as float4s, and the dynamic shared memory that
+// parks every tile of a CTA but its last (64 KiB a tile: with the slices,
+// two CTAs of two tiles still fit an SM).
+constexpr int kAccQuads = 32;
+constexpr int park_bytes(int tiles) { return (tiles - 1) * kAccQuads * kThreads * 16; }
 
 // Cluster mode: the group is a thread-block cluster, and all its CTAs work
 // the same row-blocks in step, so one cluster-wide barrier per block says
@@ -77,16 +84,20 @@ __device__ __forceinline__ void store_column(float (*slice)[kPad], int k, int m,
 }
 
 // kTransB: w is read as w^T (x @ w^T, nn.Linear's layout), so its slice is
-// 128 rows of w along k and is transposed like x's.
-template <bool kTransB>
+// 128 rows of w along k and is transposed like x's. kTiles: result tiles per
+// CTA (1 or 2).
+template <bool kTransB, int kTiles>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     square_matmul_ffma_kernel(float* x, const float* __restrict__ w, const float* __restrict__ bias, int rows, int n,
                 uint32_t* counters, int group) {
   __shared__ __align__(16) float a_slice[2][kBK][kPad];
   __shared__ __align__(16) float b_slice[2][kBK][kPad];
+  extern __shared__ float4 park[];  // [kTiles - 1][kAccQuads][kThreads]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int col0 = (blockIdx.x % group) * kBN;
+  const int col_tiles = (n + kBN - 1) / kBN;
+  const int first_tile = (blockIdx.x % group) * kTiles;
+  const int my_tiles = min(kTiles, col_tiles - first_tile);  // >= 1: group = ceil(col_tiles / kTiles)
   const int groups = gridDim.x / group;
   const int row_blocks = (rows + kBM - 1) / kBM;
   const int k_slices = (n + kBK - 1) / kBK;
@@ -103,15 +114,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // (x @ w^T).
   const int ld_row = tid >> 1, ld_k = (tid & 1) * 4;
   const int wb_k = tid >> 5, wb_col = (tid & 31) * 4;
-  const float* w_src = kTransB ? w + static_cast<int64_t>(col0 + ld_row) * n + ld_k
-                               : w + static_cast<int64_t>(wb_k) * n + col0 + wb_col;
   const int64_t w_half = kTransB ? int64_t{64} * n : int64_t{4} * n;  // the second load
-  const bool w_ok0 = kTransB ? col0 + ld_row < n : col0 + wb_col < n;
-  const bool w_ok1 = kTransB ? col0 + ld_row + 64 < n : w_ok0;
   const int64_t w_step = kTransB ? kBK : static_cast<int64_t>(kBK) * n;
 
-  for (int rb = blockIdx.x / group; rb < row_blocks; rb += groups) {
-    const int row0 = rb * kBM;
+  float acc[16][8];
+
+  // acc <- rows [row0, row0 + 128) of x times the columns [col0, col0 + 128)
+  // of w (or w^T). Ends with a barrier after which both slices are free.
+  auto product = [&](int row0, int col0) {
+    const float* w_src = kTransB ? w + static_cast<int64_t>(col0 + ld_row) * n + ld_k
+                                 : w + static_cast<int64_t>(wb_k) * n + col0 + wb_col;
+    const bool w_ok0 = kTransB ? col0 + ld_row < n : col0 + wb_col < n;
+    const bool w_ok1 = kTransB ? col0 + ld_row + 64 < n : w_ok0;
     const bool x_ok0 = row0 + ld_row < rows, x_ok1 = row0 + ld_row + 64 < rows;
     const float* x_src = x + static_cast<int64_t>(row0 + ld_row) * n + ld_k;
     const int64_t x_half = int64_t{64} * n;
@@ -143,7 +157,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
     };
 
-    float acc[16][8];
 #pragma unroll
     for (int i = 0; i < 16; ++i)
 #pragma unroll
@@ -179,19 +192,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       stash(buf ^ 1);
       __syncthreads();
     }
+  };
 
-    // Every load of this block by this CTA has landed in shared memory
-    // before the barrier above: tell the group, then wait for all of it.
-    if (counters != nullptr) {
-      if (tid == 0) {
-        row_block_groups::count_done(counters + rb);
-        row_block_groups::wait_count(counters + rb, group);
-      }
-      __syncthreads();
-    } else {
-      cluster_barrier();
-    }
-
+  // acc (+ bias) over the tile at (row0, col0) of x.
+  auto store = [&](int row0, int col0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int col = col0 + tn + 32 * h;
@@ -207,22 +211,79 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         *reinterpret_cast<float4*>(x + static_cast<int64_t>(row) * n + col) = v;
       }
     }
+  };
+
+  // A thread parks and unparks only its own slots (consecutive threads,
+  // consecutive 16 bytes: no bank conflicts), so no barrier guards them.
+  auto park_acc = [&](int slot) {
+#pragma unroll
+    for (int q = 0; q < kAccQuads; ++q) {
+      const int i = q >> 1, h = q & 1;
+      park[(slot * kAccQuads + q) * kThreads + tid] =
+          make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
+    }
+  };
+  auto unpark_acc = [&](int slot) {
+#pragma unroll
+    for (int q = 0; q < kAccQuads; ++q) {
+      const int i = q >> 1, h = q & 1;
+      const float4 v = park[(slot * kAccQuads + q) * kThreads + tid];
+      acc[i][4 * h] = v.x, acc[i][4 * h + 1] = v.y, acc[i][4 * h + 2] = v.z, acc[i][4 * h + 3] = v.w;
+    }
+  };
+
+  for (int rb = blockIdx.x / group; rb < row_blocks; rb += groups) {
+    const int row0 = rb * kBM;
+    if constexpr (kTiles == 1) {
+      product(row0, first_tile * kBN);
+    } else {
+      for (int t = 0; t < my_tiles; ++t) {
+        product(row0, (first_tile + t) * kBN);
+        if (t + 1 < my_tiles) park_acc(t);
+      }
+    }
+
+    // Every load of this block by this CTA has landed in shared memory
+    // before the barrier that ends product(): tell the group, then wait for
+    // all of it.
+    if (counters != nullptr) {
+      if (tid == 0) {
+        row_block_groups::count_done(counters + rb);
+        row_block_groups::wait_count(counters + rb, group);
+      }
+      __syncthreads();
+    } else {
+      cluster_barrier();
+    }
+
+    store(row0, (first_tile + my_tiles - 1) * kBN);
+    for (int t = 0; t + 1 < my_tiles; ++t) {
+      unpark_acc(t);
+      store(row0, (first_tile + t) * kBN);
+    }
   }
 }
 
 using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t*, int);
 
-KernelFn kernel_for(bool transpose) { return transpose ? square_matmul_ffma_kernel<true> : square_matmul_ffma_kernel<false>; }
+KernelFn kernel_for(bool transpose, int tiles) {
+  if (tiles == 2) return transpose ? square_matmul_ffma_kernel<true, 2> : square_matmul_ffma_kernel<false, 2>;
+  return transpose ? square_matmul_ffma_kernel<true, 1> : square_matmul_ffma_kernel<false, 1>;
+}
 
 // How many plain CTAs (cluster_ctas = 0: the counted mode's cooperative
 // grid; 0 where the device cannot launch cooperatively) or clusters of
 // cluster_ctas CTAs (sm_90 only) fit on the device at once.
-int resident(int device, bool transpose, int cluster_ctas) {
-  const KernelFn kernel = kernel_for(transpose);
+int resident(int device, bool transpose, int tiles, int cluster_ctas) {
+  const KernelFn kernel = kernel_for(transpose, tiles);
   int count = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, park_bytes(tiles)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
   if (cluster_ctas == 0) {
     int per_sm = 0, sms = 0, cooperative = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) == cudaSuccess &&
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, park_bytes(tiles)) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
         cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative) {
       count = per_sm * sms;
@@ -231,7 +292,7 @@ int resident(int device, bool transpose, int cluster_ctas) {
     int major = 0;
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t config =
-        row_block_groups::launch_config(cluster_ctas, kThreads, 0, cluster_ctas, nullptr, &attr);
+        row_block_groups::launch_config(cluster_ctas, kThreads, park_bytes(tiles), cluster_ctas, nullptr, &attr);
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9 ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
@@ -246,15 +307,15 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-Residency square_matmul_ffma_residency(bool transpose) {
+Residency square_matmul_ffma_residency(bool transpose, int tiles_per_cta) {
   Residency r;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+  if (tiles_per_cta < 1 || tiles_per_cta > ffma::kMaxTilesPerCta || cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return r;
   }
-  r.ctas = resident(device, transpose, 0);
-  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = resident(device, transpose, c);
+  r.ctas = resident(device, transpose, tiles_per_cta, 0);
+  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = resident(device, transpose, tiles_per_cta, c);
   return r;
 }
 
@@ -265,8 +326,10 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
       !aligned16(bias)) {
     return cudaErrorNotSupported;
   }
-  if (launch.tiles_per_cta != 1 || launch.group_ctas != (n + kBN - 1) / kBN || launch.groups < 1 ||
-      (!counted && launch.group_ctas > kMaxClusterCtas)) {
+  const int tiles = launch.tiles_per_cta;
+  const int64_t col_tiles = (n + kBN - 1) / kBN;
+  if (tiles < 1 || tiles > ffma::kMaxTilesPerCta || launch.group_ctas != (col_tiles + tiles - 1) / tiles ||
+      launch.groups < 1 || (!counted && launch.group_ctas > kMaxClusterCtas)) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
@@ -276,9 +339,9 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   }
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = row_block_groups::launch_config(
-      launch.groups * launch.group_ctas, kThreads, 0, counted ? 0 : launch.group_ctas, stream, &attr);
-  return cudaLaunchKernelEx(&config, kernel_for(transpose), x, w, bias, static_cast<int>(rows), static_cast<int>(n),
-                            counters, launch.group_ctas);
+      launch.groups * launch.group_ctas, kThreads, park_bytes(tiles), counted ? 0 : launch.group_ctas, stream, &attr);
+  return cudaLaunchKernelEx(&config, kernel_for(transpose, tiles), x, w, bias, static_cast<int>(rows),
+                            static_cast<int>(n), counters, launch.group_ctas);
 }
 
 }  // namespace make_inplace::kernels

@@ -1,11 +1,12 @@
 #pragma once
 // The float32 in-place square matmul on CUDA cores (FFMA, IEEE fp32, no
 // TF32): x[rows, n] <- x @ w (+ bias), or x @ w^T with transpose. Groups of
-// ceil(n / 128) CTAs own 128-row blocks of x, each CTA one 128 x 128 result
-// tile held in registers; a CTA writes its tile over x once every CTA of its
-// group has finished reading the block, which one 4-byte counter per
-// row-block tells (counted mode) or a cluster barrier (clusters, no memory at
-// all, sm_90). Torch-free: raw pointers, sizes and a stream.
+// ceil(n / (128 t)) CTAs own 128-row blocks of x, each CTA t = 1 or 2 of its
+// 128 x 128 result tiles (the last in registers, the first parked in shared
+// memory); a CTA writes its tiles over x once every CTA of its group has
+// finished reading the block, which one 4-byte counter per row-block tells
+// (counted mode) or a cluster barrier (clusters, no memory at all, sm_90).
+// Torch-free: raw pointers, sizes and a stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,17 +15,17 @@
 
 namespace make_inplace::kernels {
 
-// How many CTAs of the kernel (weight layout `transpose`) fit at once in a
-// cooperative grid on the current device (0 without cooperative launch), and
-// how many clusters of each size (sm_90 only). Sets the kernel's cluster
-// attribute on that device, which a cluster launch needs: call it before the
-// first launch per device.
-Residency square_matmul_ffma_residency(bool transpose);
+// How many CTAs of the kernel (weight layout `transpose`, tiles_per_cta 1 or
+// 2) fit at once in a cooperative grid on the current device (0 without
+// cooperative launch), and how many clusters of each size (sm_90 only). Sets
+// the kernel's shared-memory and cluster attributes on that device, which its
+// launches need: call it before the first launch per device.
+Residency square_matmul_ffma_residency(bool transpose, int tiles_per_cta);
 
 // x, w, bias (may be null) are row-major, contiguous and 16-byte aligned
 // float32; w is n x n, n a multiple of 4; rows up to kMaxGroupRows. `launch`
-// as the routing policy planned it: groups of ceil(n / 128) CTAs, one tile per
-// CTA. counters: row_block_counter_bytes(rows) bytes of device memory, zeroed
+// as the routing policy planned it: groups of ceil(n / (128 t)) CTAs, t =
+// tiles_per_cta (1 or 2). counters: row_block_counter_bytes(rows) bytes of device memory, zeroed
 // here on `stream` (one cooperative grid), or null (clusters). Launches one
 // kernel and returns its launch error (cudaErrorNotSupported or
 // cudaErrorInvalidValue for a case outside the above, before anything is

@@ -20,10 +20,12 @@ constexpr int kMaxTilesPerCta = 2;
 constexpr int64_t kMaxN = int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kColTile;
 }  // namespace wgmma
 
-// fp32 FFMA kernel: groups of CTAs own 128-row blocks, one 128 x 128 tile each.
+// fp32 FFMA kernel: groups of CTAs own 128-row blocks; each CTA computes one
+// or two 128 x 128 result tiles (the first parked in shared memory).
 namespace ffma {
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kColTile = 128;
+constexpr int kMaxTilesPerCta = 2;
 }  // namespace ffma
 
 // Both group kernels index rows with int and stop one row-block short of 2^31.
