@@ -25,11 +25,11 @@ Residency square_matmul_ffma_residency(bool transpose, int tiles_per_cta);
 // x, w, bias (may be null) are row-major, contiguous and 16-byte aligned
 // float32; w is n x n, n a multiple of 4; rows up to kMaxGroupRows. `launch`
 // as the routing policy planned it: groups of ceil(n / (128 t)) CTAs, t =
-// tiles_per_cta (1 or 2). counters: row_block_counter_bytes(rows) bytes of device memory, zeroed
-// here on `stream` (one cooperative grid), or null (clusters). Launches one
-// kernel and returns its launch error (cudaErrorNotSupported or
-// cudaErrorInvalidValue for a case outside the above, before anything is
-// written).
+// tiles_per_cta (1 or 2). counters: row_block_counter_bytes(rows) bytes of
+// device memory, zeroed here on `stream` (one cooperative grid), or null
+// (clusters). Launches one kernel and returns its launch error
+// (cudaErrorNotSupported or cudaErrorInvalidValue for a case outside the
+// above, before anything is written).
 cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
                                const RowBlockLaunch& launch, uint32_t* counters, cudaStream_t stream);
 
