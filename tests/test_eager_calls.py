@@ -67,6 +67,25 @@ def test_plain_call_matches_torch_ops_and_bumps_the_version_once(op, device):
     assert written._version - version == ref_written._version - ref_version == 1
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_tensors_requiring_grad_under_no_grad_take_the_entry(op, device):
+    """As a module's parameters at inference: with grad mode off nothing is recorded,
+    so the entry runs the call (values and version as torch.ops under no_grad)."""
+    args, written = case(op, device)
+    ref_args, ref_written = case(op, device)
+    for a in args + ref_args:
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            a.requires_grad_()
+    version, ref_version = written._version, ref_written._version
+    with torch.no_grad():
+        assert ENTRIES[op](*args) is True
+        through_torch_ops(op, ref_args)
+    assert torch.equal(written.detach(), ref_written.detach())
+    assert written._version - version == ref_written._version - ref_version == 1
+    assert written.grad_fn is None
+
+
 class _Sub(torch.Tensor):
     pass
 
@@ -89,7 +108,7 @@ def _refusals(op):
         return lambda args: args.__setitem__(i, value(args[i]))
 
     refusals = [
-        ("requires grad", nullcontext, set_arg(0, lambda t: t.requires_grad_())),
+        ("requires grad under grad mode", torch.enable_grad, set_arg(0, lambda t: t.requires_grad_())),
         ("subclass", nullcontext, set_arg(0, lambda t: t.as_subclass(_Sub))),
         ("meta input", nullcontext, set_arg(0, lambda t: t.to("meta"))),
         ("profiler", lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), None),

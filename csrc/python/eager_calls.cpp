@@ -1,14 +1,15 @@
 // Eager entry points for the Python wrappers. A call whose tensors need
 // nothing of the dispatcher but the backend kernel (plain tensors on one
-// device, none requiring grad, no mode, transform, autocast or profiler
-// active) goes straight to that kernel and bumps the written tensor's version
-// itself. This skips torch.ops' boxed path (argument parsing against the
+// device, none requiring grad under grad mode, no mode, transform, autocast or
+// profiler active) goes straight to that kernel and bumps the written tensor's
+// version itself. This skips torch.ops' boxed path (argument parsing against the
 // schema, the boxed Autograd and ADInplaceOrView kernels): about 1 us a call,
 // as much as a small op's whole kernel. Any other call returns False and the
 // wrapper takes torch.ops as before. Built into the Python routes only
 // (setup.py, the JIT loader), which link libtorch_python; the Python side
 // fetches the table with ctypes (the library is not a Python module).
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
@@ -28,13 +29,15 @@ namespace {
 // would do more than Autograd's pass-through and the version bump.
 class PlainCall {
  public:
-  // A torch.Tensor or nn.Parameter (no subclass) that does not require grad,
-  // on the first tensor's device; `written` must not be an inference tensor
+  // A torch.Tensor or nn.Parameter (no subclass) on the first tensor's
+  // device that does not require grad, or does with grad mode off (no_grad,
+  // inference mode: Autograd then records nothing, as for a module's
+  // parameters at inference); `written` must not be an inference tensor
   // outside inference mode (torch.ops raises for it).
   bool add(PyObject* obj, bool written, at::Tensor* out) {
     if (!THPVariable_CheckExact(obj)) return false;
     const at::Tensor& t = THPVariable_Unpack(obj);
-    if (t.requires_grad()) return false;
+    if (t.requires_grad() && at::GradMode::is_enabled()) return false;
     if (written && t.is_inference() && !c10::InferenceMode::is_enabled()) return false;
     if (count_++ == 0) {
       device_ = t.device();
@@ -59,7 +62,7 @@ class PlainCall {
     if (at::impl::torch_function_mode_enabled() || at::hasCallbacks()) return std::nullopt;
     // As the dispatcher computes it, less what a plain call passes through:
     // BackendSelect (a fallthrough for every op but factories, always in the
-    // thread-local set), Autograd (nothing requires grad) and ADInplaceOrView
+    // thread-local set), Autograd (nothing to record) and ADInplaceOrView
     // (the version bump, done below).
     const auto local = c10::impl::tls_local_dispatch_key_set();
     const c10::DispatchKeySet keys = ((keys_ | local.included_) - local.excluded_) -
