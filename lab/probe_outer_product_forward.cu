@@ -7,7 +7,9 @@
 //   chunked: each row group walks a contiguous chunk of rows, keeps its b pack
 //            in registers while the batch item stays the same, 4 rows per step,
 //            pointers advanced instead of recomputed;
-//   chunked+cs: the same with streaming stores (st.global.cs).
+//   chunked+cs: the same with streaming stores (st.global.cs);
+//   flat r/R: one pack column and R rows a thread, all loads before the stores,
+//            a grid of (row groups x column chunks) with no loop.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -98,6 +101,41 @@ __global__ void __launch_bounds__(256) chunked_kernel(const T* a, const T* b, T*
     row += count;
     ++s;
     i = 0;
+  }
+}
+
+// flat: one pack column per thread and R consecutive rows, every load (a and b
+// for each row) issued before the first store; the grid covers (row groups x
+// column chunks), so no thread loops.
+template <typename T, int R>
+__global__ void __launch_bounds__(256) flat_kernel(const T* a, const T* b, T* out, int64_t n, int64_t m, int64_t rows,
+                                                   unsigned chunks) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t packs = m / V;
+  const unsigned chunk = blockIdx.x % chunks;
+  const int64_t c = int64_t(chunk) * blockDim.x + threadIdx.x;
+  const int64_t row0 = (int64_t(blockIdx.x / chunks) * blockDim.y + threadIdx.y) * R;
+  if (c >= packs || row0 >= rows) return;
+  int64_t s = row0 / n, i = row0 - s * n;
+  float ai[R];
+  Pack<T> bv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (row0 + r < rows) {
+      ai[r] = f32(a[s * n + i]);
+      bv[r] = *reinterpret_cast<const Pack<T>*>(b + s * m + c * V);
+    }
+    if (++i == n) { i = 0; ++s; }
+  }
+  T* op = out + row0 * m + c * V;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (row0 + r < rows) {
+      Pack<T> o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) o.v[e] = from_f32<T>(ai[r] * f32(bv[r].v[e]));
+      store16<true>(op + r * m, &o);
+    }
   }
 }
 
@@ -191,7 +229,7 @@ void run(const char* name, int64_t batch, int64_t n, int64_t m) {
   // Rows per group: from the persistent split (8 CTAs per SM, one chunk per
   // group) down to a few rows per group (many waves of short-lived CTAs).
   const int64_t persistent = (rows + int64_t(sms) * 8 * block.y - 1) / (int64_t(sms) * 8 * block.y);
-  for (int64_t rpg : {persistent, int64_t(64), int64_t(16), int64_t(8), int64_t(4)}) {
+  for (int64_t rpg : {persistent, int64_t(64), int64_t(16), int64_t(8), int64_t(4), int64_t(2)}) {
     if (rpg > persistent && rpg != persistent) continue;
     const int64_t grid = ((rows + rpg - 1) / rpg + block.y - 1) / block.y;
     char label[32];
@@ -205,6 +243,21 @@ void run(const char* name, int64_t batch, int64_t n, int64_t m) {
       report("plain rows/8", ms, check(out, ha, hb, batch, n, m));
     }
   }
+  // flat, R rows a thread
+  const unsigned chunks = unsigned((packs + block.x - 1) / block.x);
+  auto flat = [&](auto rtag) {
+    constexpr int R = decltype(rtag)::value;
+    const int64_t grid = ((rows + R - 1) / R + block.y - 1) / block.y * chunks;
+    CHECK(cudaMemset(out, 0, bytes));
+    const float t = median_ms([&] { flat_kernel<T, R><<<grid, block>>>(a, b, out, n, m, rows, chunks); });
+    char label[32];
+    snprintf(label, sizeof label, "flat r/%d", R);
+    report(label, t, check(out, ha, hb, batch, n, m));
+  };
+  flat(std::integral_constant<int, 1>{});
+  flat(std::integral_constant<int, 2>{});
+  flat(std::integral_constant<int, 4>{});
+  flat(std::integral_constant<int, 8>{});
   // A fill with one pack per thread and no grid stride (many short CTAs).
   report("fill.flat", median_ms([&] { fill_kernel<T, true><<<(bytes / 16 + 255) / 256, 256>>>(out, bytes / 16); }), true);
   CHECK(cudaFree(a));
