@@ -82,8 +82,8 @@ constexpr int64_t kRowsPerGroup = 8;
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     outer_forward_groups_kernel(const T* __restrict__ a, int64_t as0, int64_t as1,
-                         const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
-                         T* __restrict__ out, int64_t n, int64_t m, int64_t rows) {
+                                const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
+                                T* __restrict__ out, int64_t n, int64_t m, int64_t rows) {
   using A = acc_t<T>;
   const int64_t packs = m / V;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y) * kRowsPerGroup;
@@ -127,7 +127,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-
 // 4- and 8-byte types: one thread writes one 16-byte pack column of
 // kRowsPerThread consecutive rows, every load (a[s, i] and b[s]'s pack for
 // each row) issued before its first store; the grid covers (row blocks x
@@ -140,9 +139,8 @@ constexpr int kRowsPerThread = 2;
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     outer_forward_flat_kernel(const T* __restrict__ a, int64_t as0, int64_t as1,
-                         const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
-                         T* __restrict__ out, int64_t n, int64_t m, int64_t rows,
-                         unsigned chunks) {
+                              const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
+                              T* __restrict__ out, int64_t n, int64_t m, int64_t rows, unsigned chunks) {
   using A = acc_t<T>;
   const unsigned chunk = blockIdx.x % chunks;
   const int64_t c = static_cast<int64_t>(chunk) * blockDim.x + threadIdx.x;
