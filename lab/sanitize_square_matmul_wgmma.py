@@ -1,6 +1,9 @@
-"""compute-sanitizer cases for the Hopper square matmul kernel: one and two
-tiles per CTA, both weight layouts, partial row-blocks, groups of 2-16 CTAs,
-in both modes (clusters: workspace_bytes=0; counters: a 4 MiB bound).
+"""compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
+kernel with one and two tiles per CTA, both weight layouts, partial
+row-blocks, groups of 2-16 CTAs, in both modes (clusters: workspace_bytes=0;
+counters: a 4 MiB bound); then the 64-row kernel (n up to 512, partial
+row-blocks and halves, more row-blocks than CTAs). `rows` as the argument runs
+the 64-row kernel's cases only.
 
 The kernel and its mode are forced with make_inplace._testing.forced_route
 (docs/routing.md), whatever the policy's tile threshold says. A forced route
@@ -9,22 +12,34 @@ tiles per CTA, no room for the counters) leaves it to the policy, which at
 these sizes picks another kernel: run this on an H100/H200 with an sm_90a build.
 
     compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_wgmma.py
-    compute-sanitizer --tool synccheck python lab/sanitize_square_matmul_wgmma.py
+    compute-sanitizer --tool synccheck python lab/sanitize_square_matmul_wgmma.py [rows]
 """
+
+import sys
 
 import torch
 
 import make_inplace
 from make_inplace._testing import forced_route
 
-MODES = {0: "wgmma_clusters", 4 << 20: "wgmma_counted"}  # workspace bound -> mode
-for workspace, tiles in [(0, 1), (0, 2), (4 << 20, 1), (4 << 20, 2)]:
-    with forced_route(MODES[workspace], tiles_per_cta=tiles):
-        for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False)]:
-            x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16) / n**0.5
-            b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-            ref = x.double() @ (w.double().t() if t else w.double()) + b.double()
-            make_inplace.square_matmul_(x, w, b, transpose=t, workspace_bytes=workspace)
-            torch.cuda.synchronize()
-            print(workspace, tiles, rows, n, t, ((x.double() - ref).norm() / ref.norm()).item())
+
+def case(label, rows, n, transpose, workspace, dtype=torch.bfloat16):
+    x = torch.randn(rows, n, device="cuda", dtype=dtype)
+    w = torch.randn(n, n, device="cuda", dtype=dtype) / n**0.5
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    ref = x.double() @ (w.double().t() if transpose else w.double()) + b.double()
+    make_inplace.square_matmul_(x, w, b, transpose=transpose, workspace_bytes=workspace)
+    torch.cuda.synchronize()
+    print(label, rows, n, transpose, ((x.double() - ref).norm() / ref.norm()).item())
+
+
+if sys.argv[1:] != ["rows"]:
+    MODES = {0: "wgmma_clusters", 4 << 20: "wgmma_counted"}  # workspace bound -> mode
+    for workspace, tiles in [(0, 1), (0, 2), (4 << 20, 1), (4 << 20, 2)]:
+        with forced_route(MODES[workspace], tiles_per_cta=tiles):
+            for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False)]:
+                case(f"{MODES[workspace]} tiles={tiles}", rows, n, t, workspace)
+
+with forced_route("wgmma_rows"):
+    for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True)]:
+        case("wgmma_rows", rows, n, t, 0, torch.float16)

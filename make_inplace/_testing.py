@@ -27,6 +27,7 @@ FORCED_ROUTES = (
     "wgmma",
     "wgmma_counted",
     "wgmma_clusters",
+    "wgmma_rows",
     "ffma",
     "ffma_counted",
     "ffma_clusters",
@@ -49,9 +50,9 @@ def forced_route(
         route: a square_matmul_ route from FORCED_ROUTES. It runs wherever it can
             run the call (dtype, alignment, GPU, workspace bound), whatever the
             policy's size thresholds; where it cannot, the policy decides.
-        tiles_per_cta: result tiles per CTA (1 or 2) of the wgmma kernel
-            (128 x 256) and the FFMA kernel (128 x 128); None lets the
-            policy choose.
+        tiles_per_cta: result tiles per CTA (1 or 2) of the 128-row wgmma
+            kernel (128 x 256) and the FFMA kernel (128 x 128); None lets the
+            policy choose (a number keeps "wgmma" off the 64-row kernel).
         panels_batched: False runs the panel route's GEMMs one workspace block
             at a time instead of one batched call per panel.
         staged_rows: False keeps softmax_ and layer_norm_ off their staged-rows
@@ -73,7 +74,7 @@ class DeviceFacts(NamedTuple):
     capability: tuple[int, int] = (9, 0)
     sm90a: bool = True  # the library carries the sm_90a (wgmma) kernels
     tensor_maps: bool = True  # the driver can encode TMA tensor maps
-    wgmma_ctas: int = 0  # wgmma CTAs resident at once in a cooperative grid
+    wgmma_ctas: int = 0  # wgmma CTAs resident at once in a cooperative grid (also the 64-row kernel's)
     wgmma_clusters: Sequence[int] = ()  # [c]: wgmma clusters of c CTAs resident at once
     ffma_ctas: int = 0
     ffma_clusters: Sequence[int] = ()
@@ -84,7 +85,7 @@ class RoutePlan(NamedTuple):
     """The policy's plan: the route and what its launch or workspace needs."""
 
     route: str
-    tiles_per_cta: int  # wgmma/FFMA: result tiles per CTA per row-block
+    tiles_per_cta: int  # wgmma/FFMA: result tiles per CTA per row-block (wgmma_rows: 256-column halves)
     group_ctas: int  # wgmma/FFMA: CTAs per group (cluster size in cluster modes)
     groups: int  # wgmma/FFMA: groups launched
     counter_bytes: int  # counted modes: one 4-byte counter per 128-row block

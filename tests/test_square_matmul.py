@@ -460,6 +460,37 @@ def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, work
 
 
 @requires_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "rows,n",
+    # n: the narrowest, one half-tile, a partial k-step, a partial second half,
+    # full rows; rows: partial, single and several row-blocks, more row-blocks
+    # than CTAs.
+    [(1, 8), (63, 264), (64, 392), (65, 448), (1000, 504), (4097, 512), (20000, 512)],
+)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_wgmma_rows_kernel_values(dtype, rows, n, transpose):
+    """Every width up to 512 goes to the 64-row kernel when forced (no workspace
+    needed), with a bias on odd row counts."""
+    with forced_route("wgmma_rows"):
+        _check_kernel_with_sentinel("square_matmul_wgmma_rows", rows, n, dtype, transpose, 0)
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("workspace_bytes", [None, 0])
+@pytest.mark.fresh_process
+def test_cuda_wgmma_rows_kernel_runs_at_the_benchmark_shape(dtype, workspace_bytes):
+    """(16384, 512) takes the 64-row kernel by default, allocating nothing in either mode."""
+    rows, n = 16384, 512
+    x, ours, _ = _memory_case(rows, n, dtype, workspace_bytes)
+    assert ours.allocated == 0 and ours.reserved == 0, ours
+    w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
+    names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace_bytes))
+    assert "square_matmul_wgmma_rows" in names, names
+
+
+@requires_hopper
 @pytest.mark.parametrize("rows,n,dtype", [(40000, 1024, torch.bfloat16), (16384, 4096, torch.float16), (65536, 768, torch.bfloat16)])
 @pytest.mark.parametrize("workspace_bytes", [None, 0])
 @pytest.mark.fresh_process

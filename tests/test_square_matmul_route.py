@@ -91,6 +91,25 @@ CASES = [
     ("n = 8192 counted: groups of 32 CTAs", 4096, 8192, BF16, "h100", {}, "wgmma_counted",
      dict(tiles_per_cta=1, group_ctas=32, groups=4)),
     ("n > 8192: no wgmma", 4096, 8200, BF16, "h100", {}, "panels_small_blocks", {}),
+    # ---- the 64-row wgmma kernel: n = 448 and 512, one CTA per SM looping over the row-blocks
+    ("64-row kernel at n = 512", 16384, 512, BF16, "h100", {}, "wgmma_rows",
+     dict(tiles_per_cta=2, group_ctas=1, groups=132, counter_bytes=0)),
+    ("64-row kernel with no workspace", 16384, 512, F16, "h100", dict(workspace_bytes=0), "wgmma_rows",
+     dict(groups=132, counter_bytes=0)),
+    ("64-row kernel, transposed weight", 16384, 512, BF16, "h100", dict(transpose=True), "wgmma_rows", {}),
+    ("64-row kernel from n = 448", 16384, 448, BF16, "h100", {}, "wgmma_rows", dict(tiles_per_cta=2)),
+    ("n = 480, a partial k-step: the 128-row groups", 16384, 480, BF16, "h100", dict(workspace_bytes=0),
+     "wgmma_clusters", {}),
+    ("n = 384: the 128-row groups", 16384, 384, BF16, "h100", dict(workspace_bytes=4 * MiB), "wgmma_counted",
+     dict(group_ctas=2)),
+    ("n = 520: the 128-row groups", 16384, 520, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters", {}),
+    ("64-row kernel below 128 tiles of 128 x 256: waves", 8064, 512, BF16, "h100", {}, "waves", {}),
+    ("64-row kernel: no more CTAs than row-blocks", 8192, 512, BF16, "h100", dict(facts=dict(wgmma_ctas=264)),
+     "wgmma_rows", dict(groups=128)),
+    ("64-row kernel misaligned: no wgmma", 16384, 512, BF16, "h100", dict(weight_aligned=False, workspace_bytes=0),
+     "waves", {}),
+    ("64-row kernel not resident: the 128-row groups", 16384, 512, BF16, "h100",
+     dict(workspace_bytes=0, facts=dict(wgmma_ctas=0)), "wgmma_clusters", {}),
     ("n not a multiple of 8: no wgmma", 40000, 1028, BF16, "h100", {}, "panels_small_blocks", {}),
     ("misaligned x: no wgmma", 40000, 1024, BF16, "h100", dict(x_aligned=False), "panels_small_blocks", {}),
     ("misaligned weight: no wgmma", 40000, 1024, BF16, "h100", dict(weight_aligned=False), "panels_small_blocks", {}),
@@ -218,6 +237,18 @@ FORCED = [
      dict(forced="wgmma", tiles_per_cta=1), "waves", {}),
     ("wgmma misaligned: the policy decides", 4096, 1024, BF16, "h100", dict(x_aligned=False, workspace_bytes=0),
      dict(forced="wgmma"), "waves", {}),
+    ("wgmma at n = 512: the 64-row kernel", 100, 512, BF16, "h100", dict(workspace_bytes=0), dict(forced="wgmma"),
+     "wgmma_rows", dict(groups=2)),
+    ("wgmma with tiles per CTA: the 128-row kernel", 100, 512, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma", tiles_per_cta=1), "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=2)),
+    ("wgmma counted at n = 512", 16384, 512, BF16, "h100", dict(workspace_bytes=4 * MiB),
+     dict(forced="wgmma_counted"), "wgmma_counted", dict(group_ctas=2)),
+    ("wgmma_rows at any width up to 512", 1, 8, F16, "h100", dict(workspace_bytes=0), dict(forced="wgmma_rows"),
+     "wgmma_rows", dict(tiles_per_cta=1, group_ctas=1, groups=1)),
+    ("wgmma_rows past 512: the policy decides", 40000, 1024, BF16, "h100", {}, dict(forced="wgmma_rows"),
+     "wgmma_counted", {}),
+    ("wgmma_rows in fp32: the policy decides", 4096, 512, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma_rows"), "waves", {}),
     ("ffma at any size", 1, 4, F32, "h100", dict(workspace_bytes=4 * MiB), dict(forced="ffma"), "ffma_counted",
      dict(group_ctas=1, groups=1)),
     ("ffma over contiguous panels", 40000, 4096, F32, "h100", {}, dict(forced="ffma"), "ffma_counted", {}),
@@ -260,7 +291,7 @@ def test_no_cooperative_launch_and_no_room_is_an_error():
         route(100, 64, F64, "a100", workspace_bytes=0, facts=dict(waves_max_width=0))
 
 
-SHAPES = [(rows, n) for rows in (1, 127, 4097, 40000, 262144) for n in (8, 1000, 1024, 2056, 4096, 8192)]
+SHAPES = [(rows, n) for rows in (1, 127, 4097, 40000, 262144) for n in (8, 512, 1000, 1024, 2056, 4096, 8192)]
 BOUNDS = [None, 0, 1, 2 * MiB - 1, 2 * MiB, 5 * MiB, 10 * MiB - 1, 10 * MiB, 10 * MiB + 1, 64 * MiB]
 
 
@@ -284,7 +315,7 @@ def test_every_plan_keeps_reserved_memory_within_the_bound(dtype, device):
                 assert 1 <= plan.panel_rows_per_block <= rows and plan.panel_rows_per_block * n * dtype.itemsize <= (
                     plan.panel_block_bytes
                 )
-            if plan.route in ("wgmma_clusters", "ffma_clusters", "waves"):
+            if plan.route in ("wgmma_clusters", "wgmma_rows", "ffma_clusters", "waves"):
                 assert plan.workspace_bytes == 0
 
 

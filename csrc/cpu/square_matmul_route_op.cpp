@@ -76,9 +76,11 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     d.minor = static_cast<int>(capability_minor);
     d.sm90a_built = sm90a;
     d.tensor_maps = tensor_maps;
-    // The same residency for both tiles-per-CTA variants of each kernel (on an
-    // H100 and H200 both fit as many CTAs per SM).
+    // The same residency for both tiles-per-CTA variants of each kernel, and
+    // for the 64-row wgmma kernel (on an H100 and H200 all fit one CTA per SM,
+    // the FFMA kernel two).
     d.wgmma[0] = d.wgmma[1] = residency(wgmma_ctas, wgmma_clusters, "wgmma");
+    d.wgmma_rows_ctas = d.wgmma[0].ctas;
     d.ffma[0] = d.ffma[1] = residency(ffma_ctas, ffma_clusters, "ffma");
     d.waves_max_width = waves_max_width;
   } else {

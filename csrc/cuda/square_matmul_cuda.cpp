@@ -1,6 +1,6 @@
 // square_matmul_ on CUDA: checks, the device facts the routing policy needs,
 // the policy's plan (square_matmul_route.h, docs/routing.md), and its
-// execution: the Hopper wgmma kernel, the fp32 FFMA kernel, cuBLAS on row
+// execution: the Hopper wgmma kernels, the fp32 FFMA kernel, cuBLAS on row
 // panels (square_matmul_cublas.cpp) or the zero-workspace waves kernel.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -13,6 +13,7 @@
 #include "make_inplace/kernels/square_matmul_ffma.h"
 #include "make_inplace/kernels/square_matmul_waves.h"
 #include "make_inplace/kernels/square_matmul_wgmma.h"
+#include "make_inplace/kernels/square_matmul_wgmma_rows.h"
 #include "make_inplace/launch_check.h"
 #include "make_inplace/route_override.h"
 #include "make_inplace/square_matmul.h"
@@ -53,6 +54,7 @@ square_matmul::Device device_facts(int device, ScalarKind kind, bool transpose) 
     for (int tiles = 1; tiles <= kernels::wgmma::kMaxTilesPerCta; ++tiles) {
       d.wgmma[tiles - 1] = kernels::square_matmul_wgmma_residency(kind, transpose, tiles);
     }
+    d.wgmma_rows_ctas = kernels::square_matmul_wgmma_rows_residency(kind, transpose);
   }
   if (kind == ScalarKind::kFloat32) {
     for (int tiles = 1; tiles <= kernels::ffma::kMaxTilesPerCta; ++tiles) {
@@ -85,6 +87,11 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
     case Route::kWgmmaClusters:
       check_launch(kernels::square_matmul_wgmma(call.kind, x.data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
                                                 call.rows, call.n, w.transpose, plan.groups, counter_ptr, stream),
+                   "square_matmul_");
+      return;
+    case Route::kWgmmaRows:
+      check_launch(kernels::square_matmul_wgmma_rows(call.kind, x.data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
+                                                     call.rows, call.n, w.transpose, plan.groups.groups, stream),
                    "square_matmul_");
       return;
     case Route::kFfmaCounted:

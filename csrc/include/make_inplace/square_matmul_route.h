@@ -20,6 +20,7 @@ enum class Route {
   kUnsupported,        // CUDA: too wide for the waves kernel and no room for one panel row
   kWgmmaCounted,       // Hopper wgmma, a cooperative grid meeting on row-block counters
   kWgmmaClusters,      // Hopper wgmma, thread-block clusters, no memory at all
+  kWgmmaRows,          // Hopper wgmma, a CTA per 64-row block of up to 512 columns, no memory at all
   kFfmaCounted,        // fp32 FFMA, a cooperative grid meeting on row-block counters
   kFfmaClusters,       // fp32 FFMA, thread-block clusters (sm_90), no memory at all
   kPanelsSmallBlocks,  // cuBLAS on row panels, workspace in 1 MiB blocks (bounds of 2-10 MiB)
@@ -52,6 +53,7 @@ struct Device {
   bool sm90a_built = false;   // this library carries the sm_90a (wgmma) kernels
   bool tensor_maps = false;   // the driver can encode TMA tensor maps
   kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1]
+  int wgmma_rows_ctas = 0;    // CTAs of the 64-row wgmma kernel that fit at once
   kernels::Residency ffma[kernels::ffma::kMaxTilesPerCta];    // [tiles per CTA - 1]
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
   int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
@@ -62,9 +64,10 @@ struct Device {
 // the policy decides as usual.
 enum class Forced {
   kNone,
-  kWgmma,          // either mode, the policy's choice
+  kWgmma,          // any of the three, the policy's choice
   kWgmmaCounted,
   kWgmmaClusters,
+  kWgmmaRows,
   kFfma,           // either mode, by the bound
   kFfmaCounted,
   kFfmaClusters,
@@ -87,7 +90,7 @@ const char* forced_names();
 
 struct Plan {
   Route route = Route::kEmpty;
-  kernels::RowBlockLaunch groups;  // wgmma and FFMA routes
+  kernels::RowBlockLaunch groups;  // wgmma and FFMA routes (wgmma_rows: groups of one CTA)
   int64_t counter_bytes = 0;       // counted routes: device memory for the counters
   PanelPlan panels;                // panel routes (CUDA and CPU)
 };

@@ -24,6 +24,7 @@ constexpr Named kForcedNames[] = {
     {Forced::kWgmma, "wgmma"},
     {Forced::kWgmmaCounted, "wgmma_counted"},
     {Forced::kWgmmaClusters, "wgmma_clusters"},
+    {Forced::kWgmmaRows, "wgmma_rows"},
     {Forced::kFfma, "ffma"},
     {Forced::kFfmaCounted, "ffma_counted"},
     {Forced::kFfmaClusters, "ffma_clusters"},
@@ -83,16 +84,33 @@ bool wgmma_clusters(const Call& c, const Device& d, int only, RowBlockLaunch* ou
   return false;
 }
 
-// The wgmma kernel in `mode` (kNone or kWgmma: counters when the bound has
-// room for them and the groups fit at once, else clusters). The kernel takes
-// 16-bit types on sm_90 built for sm_90a, n a multiple of 8 up to 8192 (a
-// row-block of results in one cluster), 16-byte aligned x and W (TMA), and
-// only widths with a cluster plan.
+// Whether the wgmma kernels take the call: 16-bit types on sm_90 built for
+// sm_90a, n a multiple of 8, 16-byte aligned x and W (TMA).
+bool wgmma_runs(const Call& c, const Device& d) {
+  return d.cuda && d.sm90a_built && d.tensor_maps && d.major == 9 && d.minor == 0 &&
+         (c.kind == ScalarKind::kFloat16 || c.kind == ScalarKind::kBFloat16) && c.n >= 8 && c.n % 8 == 0 &&
+         c.rows <= kernels::kMaxGroupRows && c.x_aligned16 && c.w_aligned16;
+}
+
+// The 64-row wgmma kernel: rows up to 512 columns; unless forced, from
+// kWgmmaRowsMinN in whole k-steps. It needs no memory, so the bound does not
+// matter.
+bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
+  if (!wgmma_runs(c, d) || c.n > kernels::wgmma_rows::kMaxN || d.wgmma_rows_ctas < 1) return false;
+  if (!forced && (c.n < kWgmmaRowsMinN || c.n % kWgmmaRowsStepN != 0)) return false;
+  const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma_rows::kRowBlock);
+  out->route = Route::kWgmmaRows;
+  out->groups = {static_cast<int>(ceil_div(c.n, kernels::wgmma::kColTile)), 1,
+                 static_cast<int>(std::min<int64_t>(d.wgmma_rows_ctas, row_blocks))};
+  out->counter_bytes = 0;
+  return true;
+}
+
+// The 128-row wgmma kernel in `mode` (kNone or kWgmma: counters when the
+// bound has room for them and the groups fit at once, else clusters), for n
+// up to 8192 (a row-block of results in one cluster) with a cluster plan.
 bool plan_wgmma(const Call& c, const Device& d, int only_tiles, Forced mode, Plan* out) {
-  const bool runs = d.cuda && d.sm90a_built && d.tensor_maps && d.major == 9 && d.minor == 0 &&
-                    (c.kind == ScalarKind::kFloat16 || c.kind == ScalarKind::kBFloat16) && c.n >= 8 &&
-                    c.n % 8 == 0 && c.n <= kernels::wgmma::kMaxN && c.rows <= kernels::kMaxGroupRows &&
-                    c.x_aligned16 && c.w_aligned16;
+  const bool runs = wgmma_runs(c, d) && c.n <= kernels::wgmma::kMaxN;
   RowBlockLaunch clusters;
   if (!runs || !wgmma_clusters(c, d, only_tiles, &clusters)) return false;
   const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
@@ -186,6 +204,7 @@ const char* route_name(Route route) {
     case Route::kUnsupported: return "unsupported";
     case Route::kWgmmaCounted: return "wgmma_counted";
     case Route::kWgmmaClusters: return "wgmma_clusters";
+    case Route::kWgmmaRows: return "wgmma_rows";
     case Route::kFfmaCounted: return "ffma_counted";
     case Route::kFfmaClusters: return "ffma_clusters";
     case Route::kPanelsSmallBlocks: return "panels_small_blocks";
@@ -215,8 +234,8 @@ const char* forced_name(Forced forced) {
 }
 
 const char* forced_names() {
-  return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'ffma', 'ffma_counted', 'ffma_clusters', "
-         "'panels', 'waves'";
+  return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'wgmma_rows', 'ffma', 'ffma_counted', "
+         "'ffma_clusters', 'panels', 'waves'";
 }
 
 Plan plan(const Call& c, const Device& d, const Override& o) {
@@ -234,9 +253,17 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   // A forced route runs wherever it can.
   switch (o.route) {
     case Forced::kWgmma:
+      if ((o.tiles_per_cta == 0 && plan_wgmma_rows(c, d, false, &p)) ||
+          plan_wgmma(c, d, o.tiles_per_cta, o.route, &p)) {
+        return p;
+      }
+      break;
     case Forced::kWgmmaCounted:
     case Forced::kWgmmaClusters:
       if (plan_wgmma(c, d, o.tiles_per_cta, o.route, &p)) return p;
+      break;
+    case Forced::kWgmmaRows:
+      if (plan_wgmma_rows(c, d, true, &p)) return p;
       break;
     case Forced::kFfma:
     case Forced::kFfmaCounted:
@@ -257,10 +284,14 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
     case Forced::kNone: break;
   }
 
-  // The wgmma kernel whenever it takes the case and has the tiles to fill the
-  // GPU, whatever the bound: it needs at most its counters, and beats panels.
+  // The wgmma kernels whenever they take the case and have the tiles to fill
+  // the GPU, whatever the bound: they need at most counters, and beat panels.
+  // A tiles-per-CTA override asks for the 128-row kernel.
   const int64_t wgmma_tiles = ceil_div(c.rows, kernels::wgmma::kRowBlock) * ceil_div(c.n, kernels::wgmma::kColTile);
-  if (wgmma_tiles >= kWgmmaMinTiles && plan_wgmma(c, d, o.tiles_per_cta, Forced::kNone, &p)) return p;
+  if (wgmma_tiles >= kWgmmaMinTiles && ((o.tiles_per_cta == 0 && plan_wgmma_rows(c, d, false, &p)) ||
+                                        plan_wgmma(c, d, o.tiles_per_cta, Forced::kNone, &p))) {
+    return p;
+  }
 
   // fp32 without TF32: cuBLAS's SGEMM would run only on one-wave panels; the
   // FFMA kernel runs the whole product in place. From n = 4096 a contiguous

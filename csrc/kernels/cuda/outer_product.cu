@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRowsPerThread; ++r) {
     if (row0 + r < rows) {
       ai[r] = to_acc(a[s * as0 + i * as1]);
-      bv[r] = load_pack<T, V>(b + s * bs0 + c * V * bs1, bs1, b_packed);
+      // A row of the same batch item as the row before reuses its pack of b.
+      bv[r] = r > 0 && i > 0 ? bv[r - 1] : load_pack<T, V>(b + s * bs0 + c * V * bs1, bs1, b_packed);
     }
     if (++i == n) {  // the next row starts batch item s + 1
       i = 0;

@@ -20,6 +20,13 @@ constexpr int kMaxTilesPerCta = 2;
 constexpr int64_t kMaxN = int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kColTile;
 }  // namespace wgmma
 
+// Hopper wgmma kernel for rows of up to 512 columns: a CTA computes whole
+// 64-row blocks (two 64 x 256 halves), so no CTA waits on another.
+namespace wgmma_rows {
+constexpr int64_t kRowBlock = 64;
+constexpr int64_t kMaxN = 512;
+}  // namespace wgmma_rows
+
 // fp32 FFMA kernel: groups of CTAs own 128-row blocks; each CTA computes one
 // or two 128 x 128 result tiles (the first parked in shared memory).
 namespace ffma {
