@@ -37,10 +37,8 @@ constexpr double kWavesShareOfCublasOther = 0.5;
 // The wgmma kernel needs this many 128 x 256 result tiles to fill the GPU.
 constexpr int64_t kWgmmaMinTiles = 128;
 // From this width up to 512, in whole 64-column k-steps, the 64-row wgmma
-// kernel (one CTA per row-block) replaces the 128-row groups. H100 against
-// cuBLAS, x @ w / x @ w^T: 16384 x 512 0.82-0.86 -> 0.94-0.98, 16384 x 448
-// 0.91 / 0.72-0.87 -> 0.98 / 0.76-0.91; 16384 x 384 even or slower (its second
-// half a quarter busy); 16384 x 392 (partial k-step) 0.59-0.66 -> 0.50-0.54.
+// kernel (one CTA per row-block) beats the 128-row groups; narrower rows
+// leave its second warpgroup mostly idle, and a partial k-step was slower.
 constexpr int64_t kWgmmaRowsMinN = 448;
 constexpr int64_t kWgmmaRowsStepN = 64;
 // Up to this many 256-column tiles a wgmma CTA computes one tile, else two.
