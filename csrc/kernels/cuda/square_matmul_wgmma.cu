@@ -234,18 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(&full[stage], phase);
           const uint32_t a = shared_address(smem + stage * kStageBytes) + half * 64 * 128;
           const uint32_t b = shared_address(smem + stage * kStageBytes + kATileBytes);
-          asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) {
-            // K-major operands step 16 elements (32 bytes) inside the swizzled
-            // row, 8-row groups 1024 bytes apart; the N-major w steps 16 rows
-            // of 128 bytes, and its 64-column boxes lie kWBoxBytes apart.
-            const uint64_t a_desc = smem_desc(a + kk * 32, 16, 1024);
-            const uint64_t b_desc = kWeightKMajor ? smem_desc(b + kk * 32, 16, 1024)
-                                                  : smem_desc(b + kk * 2048, kWBoxBytes, 1024);
-            wgmma_m64n256k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, b_desc, (kt | kk) != 0);
-          }
-          asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+          wgmma_k_step<Elem, kWeightKMajor>(acc, a, b, kt != 0);
           asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
           if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
           previous = stage;

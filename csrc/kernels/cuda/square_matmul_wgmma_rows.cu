@@ -140,17 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(&full[stage], phase);
         const uint32_t a_tile = shared_address(smem + stage * kStageBytes);
         const uint32_t w_tile = shared_address(smem + stage * kStageBytes + kATileBytes + half * kHalfBytes);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          // As in square_matmul_wgmma.cu: K-major operands step 32 bytes in
-          // the swizzled row; the N-major w steps 16 rows of its 64-column boxes.
-          const uint64_t a_desc = smem_desc(a_tile + kk * 32, 16, 1024);
-          const uint64_t w_desc = kWeightKMajor ? smem_desc(w_tile + kk * 32, 16, 1024)
-                                                : smem_desc(w_tile + kk * 2048, kWBoxBytes, 1024);
-          wgmma_m64n256k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, w_desc, (kt | kk) != 0);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        wgmma_k_step<Elem, kWeightKMajor>(acc, a_tile, w_tile, kt != 0);
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
         previous = stage;

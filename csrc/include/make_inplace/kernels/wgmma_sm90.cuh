@@ -103,6 +103,25 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, ui
 #undef MI_WGMMA_ACC_REGS
 #undef MI_WGMMA_ACC_OPERANDS
 
+// One 64-deep k-step of a warpgroup's 64 x 256 results, committed as one
+// wgmma group: the x rows at a_tile (64 x 64, K-major), w at w_tile (a
+// 256 x 64 K-major box, or four 64 x 64 N-major boxes kWBoxBytes apart).
+// K-major operands step 16 elements (32 bytes) inside the swizzled row,
+// 8-row groups 1024 bytes apart; the N-major w steps 16 rows of 128 bytes.
+// accumulate = false starts the sums over.
+template <typename Elem, bool kWeightKMajor>
+__device__ __forceinline__ void wgmma_k_step(float (&acc)[128], uint32_t a_tile, uint32_t w_tile, bool accumulate) {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t a_desc = smem_desc(a_tile + kk * 32, 16, 1024);
+    const uint64_t w_desc = kWeightKMajor ? smem_desc(w_tile + kk * 32, 16, 1024)
+                                          : smem_desc(w_tile + kk * 2048, kWBoxBytes, 1024);
+    wgmma_m64n256k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, w_desc, accumulate || kk != 0);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
 // Rounds a warpgroup's 64 x 256 accumulators (plus the bias in fp32) into
 // rows row0 .. row0 + 63 of a parked tile, in the 128-byte-swizzled layout of
 // the four kBoxRows x 64 TMA boxes that store it. wgmma's accumulator layout:
