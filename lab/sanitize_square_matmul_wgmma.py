@@ -1,7 +1,7 @@
 """compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
 kernel with one and two tiles per CTA, both weight layouts, partial
 row-blocks, groups of 2-16 CTAs, in both modes (clusters: workspace_bytes=0;
-counters: a 4 MiB bound); then the 64-row kernel (n up to 512, partial
+counters: a 4 MiB bound); then the 64-row kernel (n of 136 to 512, partial
 row-blocks and halves, more row-blocks than CTAs). `rows` as the argument runs
 the 64-row kernel's cases only.
 
@@ -41,5 +41,5 @@ if sys.argv[1:] != ["rows"]:
                 case(f"{MODES[workspace]} tiles={tiles}", rows, n, t, workspace)
 
 with forced_route("wgmma_rows"):
-    for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True)]:
+    for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True), (9000, 136, False)]:
         case("wgmma_rows", rows, n, t, 0, torch.float16)

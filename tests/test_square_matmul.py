@@ -463,17 +463,29 @@ def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, work
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "rows,n",
-    # n: the narrowest, one half-tile, a partial k-step, a partial second half,
-    # full rows; rows: partial, single and several row-blocks, more row-blocks
-    # than CTAs.
-    [(1, 8), (63, 264), (64, 392), (65, 448), (1000, 504), (4097, 512), (20000, 512)],
+    # n: the narrowest (three k-steps, one partial), one half-tile, a partial
+    # k-step, a partial second half, full rows; rows: partial, single and
+    # several row-blocks, more row-blocks than CTAs (also at the narrowest).
+    [(1, 136), (9000, 136), (63, 264), (64, 392), (65, 448), (1000, 504), (4097, 512), (20000, 512)],
 )
 @pytest.mark.parametrize("transpose", [False, True])
 def test_cuda_wgmma_rows_kernel_values(dtype, rows, n, transpose):
-    """Every width up to 512 goes to the 64-row kernel when forced (no workspace
-    needed), with a bias on odd row counts."""
+    """Every width from 136 to 512 goes to the 64-row kernel when forced (no
+    workspace needed), with a bias on odd row counts."""
     with forced_route("wgmma_rows"):
         _check_kernel_with_sentinel("square_matmul_wgmma_rows", rows, n, dtype, transpose, 0)
+
+
+@requires_hopper
+@pytest.mark.parametrize("n", [8, 128])
+def test_cuda_wgmma_rows_kernel_declines_fewer_than_three_k_steps(n):
+    """Rows of two k-steps or fewer take another kernel even when forced, still correct."""
+    x, w, b = make(9000, n, torch.bfloat16, "cuda", bias=True)
+    expected = reference(x, w, b, False)
+    with forced_route("wgmma_rows"):
+        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, workspace_bytes=0))
+    assert "square_matmul_wgmma_rows" not in names, names
+    assert relative_error(x, expected) < TOL[torch.bfloat16]
 
 
 @requires_hopper

@@ -92,11 +92,14 @@ bool wgmma_runs(const Call& c, const Device& d) {
          c.rows <= kernels::kMaxGroupRows && c.x_aligned16 && c.w_aligned16;
 }
 
-// The 64-row wgmma kernel: rows up to 512 columns; unless forced, from
+// The 64-row wgmma kernel: rows of 136 to 512 columns; unless forced, from
 // kWgmmaRowsMinN in whole k-steps. It needs no memory, so the bound does not
 // matter.
 bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
-  if (!wgmma_runs(c, d) || c.n > kernels::wgmma_rows::kMaxN || d.wgmma_rows_ctas < 1) return false;
+  if (!wgmma_runs(c, d) || c.n < kernels::wgmma_rows::kMinN || c.n > kernels::wgmma_rows::kMaxN ||
+      d.wgmma_rows_ctas < 1) {
+    return false;
+  }
   if (!forced && (c.n < kWgmmaRowsMinN || c.n % kWgmmaRowsStepN != 0)) return false;
   const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma_rows::kRowBlock);
   out->route = Route::kWgmmaRows;

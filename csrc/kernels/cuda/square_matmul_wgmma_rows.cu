@@ -38,6 +38,7 @@ constexpr int kStageBytes = kATileBytes + 2 * kHalfBytes;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024 /* alignment */ + 256 /* barriers */;
 static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
 static_assert(kStageBytes % 1024 == 0 && kATileBytes % 1024 == 0, "the 128-byte swizzle's 1024-byte period");
+static_assert((wgmma_rows::kMinN + kBK - 1) / kBK >= kStages, "a block reaches its held stage again");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -202,8 +203,9 @@ int square_matmul_wgmma_rows_residency(ScalarKind kind, bool transpose) {
 
 cudaError_t square_matmul_wgmma_rows(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows,
                                      int64_t n, bool transpose, int ctas, cudaStream_t stream) {
-  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) || n < 8 || n % 8 != 0 ||
-      n > kMaxN || rows < 0 || rows > kMaxGroupRows || !aligned16(x) || !aligned16(w)) {
+  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) ||
+      n < wgmma_rows::kMinN || n % 8 != 0 || n > kMaxN || rows < 0 || rows > kMaxGroupRows || !aligned16(x) ||
+      !aligned16(w)) {
     return cudaErrorNotSupported;
   }
   if (ctas < 1) return cudaErrorInvalidValue;

@@ -25,6 +25,10 @@ constexpr int64_t kMaxN = int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kColTile;
 namespace wgmma_rows {
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kMaxN = 512;
+// At least three 64-deep k-steps (its ring's stages): a block's last stage,
+// held until its store, then keeps the consumers from finishing the next
+// block first, which the store warp's barrier could not tell apart.
+constexpr int64_t kMinN = 2 * 64 + 8;
 }  // namespace wgmma_rows
 
 // fp32 FFMA kernel: groups of CTAs own 128-row blocks; each CTA computes one

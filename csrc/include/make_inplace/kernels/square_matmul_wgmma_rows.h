@@ -22,7 +22,7 @@ namespace make_inplace::kernels {
 int square_matmul_wgmma_rows_residency(ScalarKind kind, bool transpose);
 
 // x, w, bias (may be null) are row-major and contiguous; w is n x n; kind is
-// float16 or bfloat16, n a multiple of 8 up to wgmma_rows::kMaxN, x and w
+// float16 or bfloat16, n a multiple of 8 from wgmma_rows::kMinN to kMaxN, x and w
 // 16-byte aligned, on an sm_90 device. The bias is added in fp32 before
 // rounding. `ctas`: the grid, at most the residency (each CTA loops over the
 // row-blocks). Launches one kernel and returns its launch error
