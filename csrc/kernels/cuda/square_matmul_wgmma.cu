@@ -150,13 +150,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (warp == 0 && lane == 0) {  // TMA loads, in the consumers' order
-      int stage = 0;
-      uint32_t phase = 0;
+      StageRing<kStages> ring;
       for (int rb = cluster; rb < row_blocks; rb += clusters) {
         for (int t = 0; t < kTiles && rank + t * ctas < col_tiles; ++t) {
           const int c = rank + t * ctas;
-          for (int kt = 0; kt < k_tiles; ++kt) {
-            mbar_wait(&empty[stage], phase ^ 1);
+          for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+            const int stage = ring.stage;
+            mbar_wait(&empty[stage], ring.phase ^ 1);
             mbar_arrive_expect_tx(&full[stage], kStageBytes);
             uint8_t* a = smem + stage * kStageBytes;
             uint8_t* b = a + kATileBytes;
@@ -168,7 +168,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                 tma_load(b + i * kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
               }
             }
-            if (++stage == kStages) stage = 0, phase ^= 1;
           }
         }
       }
@@ -208,9 +207,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
-    int stage = 0, j = 0, parks = 0;
-    uint32_t phase = 0;
+    StageRing<kStages> ring;
+    int j = 0, parks = 0;
     float acc[128];
+    const auto tiles = [&](int stage) {
+      return StepTiles{shared_address(smem + stage * kStageBytes) + half * 64 * 128,
+                       shared_address(smem + stage * kStageBytes + kATileBytes)};
+    };
     // Parks this warpgroup's half of acc as column tile c, once the store
     // warp has read the park's previous tile out.
     const auto park_acc = [&](int c) {
@@ -227,21 +230,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       int held = -1;  // the column tile left in acc, if any
       for (int t = 0; t < kTiles && rank + t * ctas < col_tiles; ++t) {
         const int c = rank + t * ctas;
-#pragma unroll
-        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-        int previous = 0;
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          mbar_wait(&full[stage], phase);
-          const uint32_t a = shared_address(smem + stage * kStageBytes) + half * 64 * 128;
-          const uint32_t b = shared_address(smem + stage * kStageBytes + kATileBytes);
-          wgmma_k_step<Elem, kWeightKMajor>(acc, a, b, kt != 0);
-          asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-          if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
-          previous = stage;
-          if (++stage == kStages) stage = 0, phase ^= 1;
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (lane == 0) mbar_arrive(&empty[previous]);
+        const int last = run_k_steps<Elem, kWeightKMajor>(acc, ring, full, empty, k_tiles, lane, tiles);
+        if (lane == 0) mbar_arrive(&empty[last]);
         if (t == 1) {
           held = c;
         } else {

@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (warp == 0 && lane == 0) {  // TMA loads, in the consumers' order
-      int stage = 0;
-      uint32_t phase = 0;
+      StageRing<kStages> ring;
       for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          mbar_wait(&empty[stage], phase ^ 1);
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          const int stage = ring.stage;
+          mbar_wait(&empty[stage], ring.phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], kStageBytes);
           uint8_t* a = smem + stage * kStageBytes;
           uint8_t* b = a + kATileBytes;
@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load(b + i * kWBoxBytes, &w_map, &full[stage], i * kBoxCols, kt * kBK);
             }
           }
-          if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
     } else if (warp == 1 && lane == 0) {  // TMA stores of each row-block, then its stage back to the loads
@@ -130,26 +129,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // columns half * 256 .. half * 256 + 255
     const Elem* b = static_cast<const Elem*>(bias);
-    int stage = 0;
-    uint32_t phase = 0;
+    StageRing<kStages> ring;
     float acc[128];
+    const auto tiles = [&](int stage) {
+      return StepTiles{shared_address(smem + stage * kStageBytes),
+                       shared_address(smem + stage * kStageBytes + kATileBytes + half * kHalfBytes)};
+    };
     for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
-#pragma unroll
-      for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-      int previous = 0;
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        mbar_wait(&full[stage], phase);
-        const uint32_t a_tile = shared_address(smem + stage * kStageBytes);
-        const uint32_t w_tile = shared_address(smem + stage * kStageBytes + kATileBytes + half * kHalfBytes);
-        wgmma_k_step<Elem, kWeightKMajor>(acc, a_tile, w_tile, kt != 0);
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0 && lane == 0) mbar_arrive(&empty[previous]);  // its wgmmas are done
-        previous = stage;
-        if (++stage == kStages) stage = 0, phase ^= 1;
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      const int last = run_k_steps<Elem, kWeightKMajor>(acc, ring, full, empty, k_tiles, lane, tiles);
       // The last stage stays held: the store warp frees it after the store.
-      uint8_t* results = smem + previous * kStageBytes + kATileBytes + half * kHalfBytes;
+      uint8_t* results = smem + last * kStageBytes + kATileBytes + half * kHalfBytes;
       if (b != nullptr) {
         park_tile<Elem, true, kBM>(acc, results, b, int64_t{half} * kHalfCols, n, 0, warp, lane);
       } else {

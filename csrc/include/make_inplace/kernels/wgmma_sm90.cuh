@@ -122,6 +122,46 @@ __device__ __forceinline__ void wgmma_k_step(float (&acc)[128], uint32_t a_tile,
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
+// Where a ring of shared-memory stages stands: the stage to use next and the
+// parity of its current phase.
+template <int kStages>
+struct StageRing {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+};
+
+// Shared-memory addresses of a k-step's x rows and w columns for a warpgroup.
+struct StepTiles {
+  uint32_t a, w;
+};
+
+// A warpgroup's k_tiles k-steps of one 64 x 256 result (acc zeroed first):
+// waits for each stage to be full, and frees the one before once its wgmmas
+// are done (an arrive per warp on empty). Returns the last stage, its
+// wgmmas complete and still held: the caller frees or keeps it.
+// tiles(stage) gives the stage's StepTiles.
+template <typename Elem, bool kWeightKMajor, int kStages, typename Tiles>
+__device__ __forceinline__ int run_k_steps(float (&acc)[128], StageRing<kStages>& ring, uint64_t* full,
+                                           uint64_t* empty, int k_tiles, int lane, Tiles tiles) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  int previous = 0;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    sm90::mbar_wait(&full[ring.stage], ring.phase);
+    const StepTiles t = tiles(ring.stage);
+    wgmma_k_step<Elem, kWeightKMajor>(acc, t.a, t.w, kt != 0);
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    if (kt > 0 && lane == 0) sm90::mbar_arrive(&empty[previous]);
+    previous = ring.stage;
+    ring.advance();
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  return previous;
+}
+
 // Rounds a warpgroup's 64 x 256 accumulators (plus the bias in fp32) into
 // rows row0 .. row0 + 63 of a parked tile, in the 128-byte-swizzled layout of
 // the four kBoxRows x 64 TMA boxes that store it. wgmma's accumulator layout:
