@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -138,13 +139,15 @@ def _cpu_ticks() -> dict[int, int]:
     return ticks
 
 
-def _busy_threads(work, seconds: float = 0.6) -> dict[int, int]:
-    """Runs work() repeatedly for about `seconds` of this thread's CPU time;
-    returns the CPU ticks each thread of the process spent meanwhile."""
+def _busy_threads(work, seconds: float = 0.6, most_wall: float = 60.0) -> dict[int, int]:
+    """Runs work() repeatedly until this thread has spent about `seconds` of
+    CPU time (on a busy machine the wall time stretches, not the count; at
+    most `most_wall` seconds of it); returns the CPU ticks each thread of the
+    process spent meanwhile."""
     work()  # start-up (thread pool, first-call costs) outside the count
     before = _cpu_ticks()
-    start = os.times()
-    while os.times().elapsed - start.elapsed < seconds:
+    cpu0, wall0 = time.thread_time(), time.monotonic()
+    while time.thread_time() - cpu0 < seconds and time.monotonic() - wall0 < most_wall:
         work()
     after = _cpu_ticks()
     return {tid: after[tid] - before.get(tid, 0) for tid in after}
