@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     layer_norm_rows_plain_kernel(T* __restrict__ x, const T* __restrict__ w,
                                  const T* __restrict__ b, int64_t row0, int64_t rows, int n,
                                  int tpr, float inv_n, float eps, float* __restrict__ mean_out,
-                                 float* __restrict__ rstd_out) {
+                                 float* __restrict__ rstd_out, int64_t prefetch_ahead) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int F = kFloatsPerVector<T>;
   static_assert(NV * F <= 32, "at most 32 floats of the row per thread");
@@ -132,6 +132,14 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   __shared__ float scratch[64];
   const auto [lane, row, active, end] = on_chip_row(row0, rows, n, tpr);
   T* p = x + (active ? row : 0) * n;
+  // float32 rows of 32 floats a thread (prefetch_ahead > 0 where one CTA is
+  // all its SM holds): the row a CTA of the next wave takes goes to L2 now,
+  // so DRAM keeps reading while this CTA reduces and stores.
+  if constexpr (sizeof(T) == 4 && NV == 8) {
+    if (prefetch_ahead > 0 && threadIdx.x == 0 && row + prefetch_ahead < rows) {
+      prefetch_l2(p + prefetch_ahead * n, static_cast<unsigned>(n * sizeof(T)));
+    }
+  }
 
   V buf[NV];
 #pragma unroll
@@ -590,10 +598,17 @@ template <typename T, int NV>
 cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, int tpr,
                          float eps, float* mean, float* rstd, cudaStream_t stream) {
   const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
+  // float32 rows of a whole CTA (8193-16384 columns; 83 registers, one CTA
+  // an SM) prefetch the next wave's rows: H100 (4096, 16384) +2%, (4096,
+  // 12288) +6%; where two or more CTAs share an SM (16-bit rows, float32 of
+  // 8192 columns) it cost the H100 4-6% (docs/rowwise_tuning.md).
+  const int64_t ahead = sizeof(T) == 4 && tpr == kOnChipMaxThreads
+                            ? resident_ctas(layer_norm_rows_plain_kernel<T, NV>, block)
+                            : 0;
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
         x, w, b, row0, rows, static_cast<int>(n), tpr, 1.0f / static_cast<float>(n), eps, mean,
-        rstd);
+        rstd, ahead);
   });
 }
 

@@ -107,6 +107,27 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
+// Asks for `bytes` at p (16-byte aligned, a multiple of 16) to be brought
+// into L2 by a bulk prefetch (sm_90); nothing on older GPUs.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// CTAs of `kernel` resident at once on the current device with `block`
+// threads each (0 if the runtime cannot tell).
+template <typename Kernel>
+int64_t resident_ctas(Kernel kernel, int block) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0) != cudaSuccess) {
+    return 0;
+  }
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
 // Stores a vector of VEC elements; 16-byte ones as one st.global.v4 (store16.cuh).
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& v) {
