@@ -6,7 +6,8 @@
 // the registers (no E[x^2] - E[x]^2 cancellation); 16-bit and float32 rows of
 // up to 32 elements per thread take layer_norm_rows_plain_kernel (each element
 // converted once, packed pairs, statistics about the row's first element with
-// a corrected second pass where that loses accuracy). Longer rows: a CTA per row
+// a corrected second pass where that loses accuracy; float32 rows of a whole
+// 512-thread CTA prefetch the next wave's rows into L2). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
 // the write in the second; in place, no workspace. Rows of 32 KiB and more
 // that layer_norm_rows_plain_kernel cannot hold (16-byte aligned, sm_90:
