@@ -603,9 +603,11 @@ cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, 
   // an SM) prefetch the next wave's rows: H100 (4096, 16384) +2%, (4096,
   // 12288) +6%; where two or more CTAs share an SM (16-bit rows, float32 of
   // 8192 columns) it cost the H100 4-6% (docs/rowwise_tuning.md).
-  const int64_t ahead = sizeof(T) == 4 && tpr == kOnChipMaxThreads
-                            ? resident_ctas(layer_norm_rows_plain_kernel<T, NV>, block)
-                            : 0;
+  int64_t ahead = 0;
+  if (sizeof(T) == 4 && tpr == kOnChipMaxThreads) {
+    const cudaError_t err = resident_ctas(layer_norm_rows_plain_kernel<T, NV>, block, 0, &ahead);
+    if (err != cudaSuccess) return err;
+  }
   return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
     layer_norm_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
         x, w, b, row0, rows, static_cast<int>(n), tpr, 1.0f / static_cast<float>(n), eps, mean,

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "make_inplace/kernels/scalar_kind.h"
 #include "make_inplace/kernels/store16.cuh"
@@ -116,16 +118,38 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 }
 
 // CTAs of `kernel` resident at once on the current device with `block`
-// threads each (0 if the runtime cannot tell).
-template <typename Kernel>
-int64_t resident_ctas(Kernel kernel, int block) {
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0) != cudaSuccess) {
-    return 0;
+// threads and `smem` dynamic shared bytes each, into *ctas. The answer is
+// fixed per (kernel, device, block, smem), so the runtime is asked once and
+// the answer kept: the queries would otherwise cost host time every launch.
+template <typename... Params>
+cudaError_t resident_ctas(void (*kernel)(Params...), int block, int smem, int64_t* ctas) {
+  struct Known {
+    const void* kernel;
+    int device, block, smem;
+    int64_t ctas;
+  };
+  static std::mutex mutex;
+  static std::vector<Known> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const Known& k : known) {
+    if (k.kernel == key && k.device == device && k.block == block && k.smem == smem) {
+      *ctas = k.ctas;
+      return cudaSuccess;
+    }
   }
-  return static_cast<int64_t>(sms) * per_sm;
+  int sms = 0, per_sm = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);
+  }
+  if (err != cudaSuccess) return err;
+  *ctas = static_cast<int64_t>(sms) * per_sm;
+  known.push_back({key, device, block, smem, *ctas});
+  return cudaSuccess;
 }
 
 // Stores a vector of VEC elements; 16-byte ones as one st.global.v4 (store16.cuh).

@@ -183,13 +183,11 @@ cudaError_t launch_persistent(void (*kernel)(Params...), const Plan& plan, int64
       if (err != cudaSuccess) return err;
     }
     if (fit == 0 && plan.split <= 2) {
-      int sms = 0, per_sm = 0;
-      err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      int64_t ctas = 0;
+      err = rowwise::resident_ctas(kernel, plan.threads, plan.smem_bytes, &ctas);
       if (err != cudaSuccess) return err;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads,
-                                                          plan.smem_bytes);
-      if (err != cudaSuccess) return err;
-      fit = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1) / plan.split;
+      if (ctas < plan.split) return cudaErrorInvalidConfiguration;
+      fit = ctas / plan.split;
     } else if (fit == 0) {
       cudaLaunchConfig_t config = {};
       config.gridDim = dim3(static_cast<unsigned>(plan.split));
