@@ -128,11 +128,25 @@ def load(inputs: list[str]) -> tuple[list[dict], list[dict]]:
     # A benchmark run replaces an earlier summary's rows for the same op, shape and dtype.
     replaced = {_key(r) for r in fresh_rows}
     rows = [r for r in rows if _key(r) not in replaced] + fresh_rows
-    used = {r["commit"] for r in rows}
-    sources = [s for s in sources if s["commit"] in used]
+    # A source stays while a row of its commit does; one of the per-op files
+    # (bench_softmax.json, ...) only while a row of its own op does.
+    used = {r["commit"] for r in rows} | {(bench_file(r["op"]), r["commit"]) for r in rows}
+    sources = [s for s in sources
+               if s["commit"] in used and (s["file"] not in BENCH_FILES or (s["file"], s["commit"]) in used)]
     order = list(OPS.values())
     rows.sort(key=lambda r: next((i for i, name in enumerate(order) if r["op"].split(" ")[0] == name), len(order)))
     return rows, sources
+
+
+BENCH_STEMS = ("square_matmul", "softmax", "layer_norm", "rms_norm", "trilinear", "outer_product", "layers")
+BENCH_FILES = {f"bench_{stem}.json" for stem in BENCH_STEMS}
+
+
+def bench_file(op: str) -> str:
+    """The per-op JSON (named after benchmarks/bench_<op>.py) a summary row's op comes from."""
+    if op.startswith("Inplace"):
+        return "bench_layers.json"
+    return next((f"bench_{stem}.json" for stem in BENCH_STEMS if op.startswith(stem)), "")
 
 
 def _key(row: dict) -> tuple[str, str, str]:

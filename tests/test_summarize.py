@@ -89,3 +89,23 @@ def test_tables_without_matplotlib(tmp_path, monkeypatch, capsys):
     assert len(_rows(out)) == 7 and (out / "summary.md").exists() and not (out / "summary.png").exists()
     printed = capsys.readouterr().out
     assert "matplotlib is not installed" in printed and "and summary.png" not in printed
+
+
+def test_rerun_of_one_file_replaces_its_source(tmp_path):
+    # Two per-op files at one commit, then one of them again at another: the
+    # summary keeps the other file's source and only the re-run's for its op.
+    def per_op(name: str, group: str, peer: str) -> pathlib.Path:
+        path = tmp_path / name
+        benches = [_bench(group, "make_inplace", 0.010), _bench(group, peer, 0.012)]
+        path.write_text(json.dumps({"datetime": "2026-11-25T00:00:00", "benchmarks": benches}))
+        return path
+
+    softmax = per_op("bench_softmax.json", "softmax bfloat16 (1024, 512)", "torch eager")
+    matmul = per_op("bench_square_matmul.json", "square_matmul bfloat16 (4096, 1024)", "torch.matmul")
+    out = tmp_path / "gpu"
+    summarize.main([f"{softmax}@aaaaaaa", f"{matmul}@aaaaaaa", "--out", str(out)])
+    summarize.main([str(out / "summary.csv"), f"{softmax}@bbbbbbb", "--out", str(out)])
+    assert {(r["op"], r["commit"]) for r in _rows(out)} == {("softmax_", "bbbbbbb"), ("square_matmul_", "aaaaaaa")}
+    _, sources = summarize.load([str(out / "summary.csv")])
+    assert {(s["file"], s["commit"]) for s in sources} == {
+        ("bench_square_matmul.json", "aaaaaaa"), ("bench_softmax.json", "bbbbbbb")}
