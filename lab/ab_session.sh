@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B timing of two carried builds on the device machine: .gpu-build/A and
-# .gpu-build/B each hold a _C*.so; ROUNDS alternations of AB_SCRIPT (default
+# .gpu-build/B each hold a _C*.so (or _C*.so.xz, lab/install_lib.sh); ROUNDS alternations of AB_SCRIPT (default
 # lab/ab_square_matmul.py, extra flags in AB_ARGS), then its report.
 #   OUT=... ROUNDS=3 bash lab/ab_session.sh
 set -uo pipefail
@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 script=${AB_SCRIPT:-lab/ab_square_matmul.py}
 for t in A B; do
   rm -rf "/tmp/ab_$t" && mkdir -p "/tmp/ab_$t" && cp -r make_inplace "/tmp/ab_$t/"
-  rm -f /tmp/ab_$t/make_inplace/_C*.so && cp .gpu-build/$t/_C*.so "/tmp/ab_$t/make_inplace/"
+  bash lab/install_lib.sh "$(ls .gpu-build/$t/_C*.so*)" "/tmp/ab_$t"
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 for r in $(seq "${ROUNDS:-3}"); do

@@ -20,7 +20,7 @@ if [ -n "${PREBUILT:-}" ]; then
   # A library built elsewhere (scripts/build_cuda_check.sh-style, g++ 12):
   # on the device image a build with its g++ 13.3 crashed while formatting
   # TORCH_CHECK messages (inside c10::str), so the tested library is carried.
-  rm -f make_inplace/_C*.so && cp "$PREBUILT" make_inplace/
+  bash lab/install_lib.sh "$PREBUILT"
 else
   $py setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 fi

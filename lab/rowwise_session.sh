@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/make_inplace_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-rm -f make_inplace/_C*.so && cp "$PREBUILT" make_inplace/
+bash lab/install_lib.sh "$PREBUILT"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "commit ${COMMIT:-unknown} torch $(python -c 'import torch; print(torch.__version__)')" | tee -a "$OUT/gpu.txt"
 for s in ${SETTINGS:-default}; do
