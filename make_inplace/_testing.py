@@ -116,10 +116,12 @@ def square_matmul_route(
     tiles_per_cta: int | None = None,
     panels_batched: bool = True,
     cpu_l2_bytes: int | None = 0,
+    cpu_bf16_dot: bool | None = True,
 ) -> RoutePlan:
     """The plan square_matmul_ follows for x of shape (rows, n) on ``device``
     (None: the CPU, whose L2 rule weighs ``cpu_l2_bytes`` per core: 0 for no
-    L2 rule, None for this machine's, as the op uses). Raises RuntimeError where
+    L2 rule, None for this machine's, as the op uses; ``cpu_bf16_dot``: whether
+    the CPU has bfloat16 dot products, None for this machine's). Raises RuntimeError where
     square_matmul_ would (a width too wide for the zero-workspace kernel with
     no room for a panel)."""
     facts = device or DeviceFacts()
@@ -147,6 +149,7 @@ def square_matmul_route(
         tiles_per_cta=tiles_per_cta or 0,
         panels_batched=panels_batched,
         cpu_l2_bytes=cpu_l2_bytes,
+        cpu_bf16_dot=cpu_bf16_dot,
     )
     return RoutePlan(*result)
 

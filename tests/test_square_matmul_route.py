@@ -184,6 +184,10 @@ CASES = [
     # ---- CPU: ATen GEMMs on panels, or the row kernel when panels would be small or it is faster
     ("cpu: default bound too small for 128 rows", 1000, 2048, BF16, "cpu", {}, "cpu_rows", {}),
     ("cpu: bf16 panels", 100000, 64, BF16, "cpu", {}, "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: bf16 without bf16 dot products: rows", 100000, 1024, BF16, "cpu", dict(cpu_bf16_dot=False), "cpu_rows",
+     {}),
+    ("cpu: bf16 without bf16 dot products, wider than 1024: panels", 100000, 1032, BF16, "cpu",
+     dict(cpu_bf16_dot=False), "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
     ("cpu: fp32 up to 1024 wide: rows whatever the bound", 100000, 1024, F32, "cpu", {}, "cpu_rows", {}),
     ("cpu: fp32 whose w fits L2: rows", 100000, 724, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_rows", {}),
     ("cpu: fp32 whose w outgrows L2: panels", 100000, 725, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_panels",
@@ -364,6 +368,33 @@ def test_cpu_facts_are_this_machines():
     n = 1024  # w of 4 MiB: past the L2 of every CPU this library has seen
     expected = "cpu_panels" if intel and n * n * 4 > l2 else "cpu_rows"
     assert route(4096, n, F32, "cpu", cpu_l2_bytes=None).route == expected
+
+
+def test_cpu_bf16_fact_is_this_machines():
+    """bfloat16 takes the row kernel exactly where the CPU has no bfloat16 dot products."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    dot = "avx512_bf16" in flags or "amx_bf16" in flags
+    assert route(4096, 512, BF16, "cpu", cpu_bf16_dot=None).route == ("cpu_panels" if dot else "cpu_rows")
+
+
+def test_cpu_bf16_calls_follow_this_machines_fact():
+    """The op's bfloat16 CPU plan is the policy's with this machine's facts (the
+    panels run ATen's GEMM, seen in the profiler), and either way it computes x @ w."""
+    import make_inplace
+
+    for n in (64, 512):
+        x = torch.randn(4096, n).bfloat16()
+        w = (torch.randn(n, n) / n**0.5).bfloat16()
+        expected = (x.double() @ w.double()).bfloat16()
+        with torch.profiler.profile() as prof:
+            make_inplace.square_matmul_(x, w)
+        gemm = any(e.name in ("aten::mm", "aten::addmm") for e in prof.events())
+        assert gemm == (route(4096, n, BF16, "cpu", cpu_bf16_dot=None).route == "cpu_panels"), n
+        torch.testing.assert_close(x, expected, rtol=1.6e-2, atol=1e-2)
 
 
 def test_cpu_calls_follow_the_l2_rule_of_this_machine():

@@ -19,6 +19,7 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   const square_matmul::Call call = square_matmul_call(x, w, bias, workspace_bytes);
   square_matmul::Device device;
   device.cpu_l2_bytes = kernels::cpu_l2_rule_bytes();
+  device.cpu_bf16_dot = kernels::cpu_has_bf16_dot();
   const square_matmul::Plan plan = square_matmul::plan(call, device);
   const int64_t n = call.n, rows = call.rows;
   const bool has_bias = bias.has_value() && bias->defined();

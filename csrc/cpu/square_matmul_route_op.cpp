@@ -52,7 +52,8 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
                               c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
-                              bool panels_batched, std::optional<int64_t> cpu_l2_bytes) {
+                              bool panels_batched, std::optional<int64_t> cpu_l2_bytes,
+                              std::optional<bool> cpu_bf16_dot) {
   TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
   TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
   TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
@@ -87,6 +88,7 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     // None: this machine's, as square_matmul_ itself uses.
     TORCH_CHECK(cpu_l2_bytes.value_or(0) >= 0, "cpu_l2_bytes must be None or >= 0, got ", cpu_l2_bytes.value_or(0));
     d.cpu_l2_bytes = cpu_l2_bytes.has_value() ? *cpu_l2_bytes : kernels::cpu_l2_rule_bytes();
+    d.cpu_bf16_dot = cpu_bf16_dot.has_value() ? *cpu_bf16_dot : kernels::cpu_has_bf16_dot();
   }
   square_matmul::Override o;
   o.route = parse_forced_or_throw(std::string(forced));

@@ -57,6 +57,7 @@ struct Device {
   kernels::Residency ffma[kernels::ffma::kMaxTilesPerCta];    // [tiles per CTA - 1]
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
   int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
+  bool cpu_bf16_dot = true;     // CPU: bfloat16 dot products in hardware (torch's bf16 GEMM fast)
 };
 
 // A route forced by tests and sweeps (docs/routing.md): the forced route runs

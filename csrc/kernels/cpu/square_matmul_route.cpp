@@ -185,8 +185,12 @@ Plan plan_cpu(const Call& c, const Device& d, int64_t row_bytes) {
   // overhead dominates; the row kernel is faster there and uses less memory.
   const int64_t panel_rows = std::min(c.rows, c.workspace_bound / row_bytes);
   const bool w_in_l2 = d.cpu_l2_bytes <= 0 || c.n * c.n * int64_t{4} <= d.cpu_l2_bytes;
-  const bool rows_faster = c.n <= kCpuRowsUpToWidth && (c.kind == kernels::ScalarKind::kFloat16 ||
-                                                        (c.kind == kernels::ScalarKind::kFloat32 && w_in_l2));
+  // torch's float16 GEMM has no fast CPU path; its bfloat16 GEMM has one
+  // only with hardware bfloat16 dot products.
+  const bool rows_faster =
+      c.n <= kCpuRowsUpToWidth &&
+      (c.kind == kernels::ScalarKind::kFloat16 || (c.kind == kernels::ScalarKind::kBFloat16 && !d.cpu_bf16_dot) ||
+       (c.kind == kernels::ScalarKind::kFloat32 && w_in_l2));
   Plan p;
   if (rows_faster || panel_rows < std::min(c.rows, kCpuMinPanelRows)) {
     p.route = Route::kCpuRows;

@@ -35,6 +35,22 @@ inline bool cpu_is_intel() {
 #endif
 }
 
+// Whether the CPU has bfloat16 dot products (AVX512-BF16; every CPU with AMX
+// has them too), which torch's bfloat16 GEMM (oneDNN) runs on. Without them
+// that GEMM converts in software and square_matmul_'s row kernel, converting
+// to float32 lanes, is several times faster (docs/notes/cpu_kernels.md).
+inline bool cpu_has_bf16_dot() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool bf16 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0 || __builtin_cpu_supports("amx-bf16") != 0;
+  }();
+  return bf16;
+#else
+  return false;
+#endif
+}
+
 // The L2 size square_matmul_'s CPU routing weighs, 0 for none. The L2 rule
 // is for MKL at its best (Intel); elsewhere MKL runs narrower kernels and the
 // row kernel keeps its lead past L2 (AMD Zen 5, 1 MiB L2: 1.45-1.72x
