@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B timing of two carried builds on the device machine: .gpu-build/A and
-# .gpu-build/B each hold a _C*.so (or _C*.so.xz, lab/install_lib.sh); ROUNDS alternations of AB_SCRIPT (default
-# lab/ab_square_matmul.py, extra flags in AB_ARGS), then its report.
+# .gpu-build/B each hold a _C*.so (or _C*.so.xz, see lab/install_lib.sh);
+# ROUNDS alternations of AB_SCRIPT (default lab/ab_square_matmul.py, extra
+# flags in AB_ARGS), then its report.
 #   OUT=... ROUNDS=3 bash lab/ab_session.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

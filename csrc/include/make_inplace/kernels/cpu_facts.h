@@ -39,15 +39,16 @@ inline bool cpu_is_intel() {
 // has them too), which torch's bfloat16 GEMM (oneDNN) runs on. Without them
 // that GEMM converts in software and square_matmul_'s row kernel, converting
 // to float32 lanes, is several times faster (docs/notes/cpu_kernels.md).
+// True where it cannot tell (not x86-64): torch's GEMM, as before.
 inline bool cpu_has_bf16_dot() {
 #if defined(__GNUC__) && defined(__x86_64__)
   static const bool bf16 = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") != 0 || __builtin_cpu_supports("amx-bf16") != 0;
+    return __builtin_cpu_supports("avx512bf16") != 0;
   }();
   return bf16;
 #else
-  return false;
+  return true;
 #endif
 }
 
