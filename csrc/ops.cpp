@@ -75,11 +75,11 @@ constexpr const char* kSchemas[] = {
     "int? workspace_bytes, bool x_aligned, bool weight_aligned, bool bias_aligned, bool allow_tf32, "
     "int capability_major, int capability_minor, bool sm90a, bool tensor_maps, int wgmma_ctas, "
     "int[] wgmma_clusters, int ffma_ctas, int[] ffma_clusters, int waves_max_width, str forced, "
-    "int tiles_per_cta, bool panels_batched, int? cpu_l2_bytes, bool? cpu_bf16_dot) "
-    "-> (str, int, int, int, int, int, int, int, bool)",
-    "_set_route_override(str square_matmul_route, int tiles_per_cta, bool panels_batched, "
+    "int tiles_per_cta, int col_tile, bool panels_batched, int? cpu_l2_bytes, bool? cpu_bf16_dot) "
+    "-> (str, int, int, int, int, int, int, int, int, bool)",
+    "_set_route_override(str square_matmul_route, int tiles_per_cta, int col_tile, bool panels_batched, "
     "bool staged_rows) -> ()",
-    "_route_override() -> (str, int, bool, bool)",
+    "_route_override() -> (str, int, int, bool, bool)",
 };
 
 // Only a mutable alias annotation such as (a!) puts a '!' in a schema.

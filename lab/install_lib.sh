@@ -7,7 +7,11 @@ set -euo pipefail
 lib=$1
 dir=${2:-$(dirname "$0")/..}
 rm -f "$dir"/make_inplace/_C*.so
+# The loader looks for make_inplace/_C*.so: a library named otherwise (N.so.xz)
+# goes in as _C.so.
+name=$(basename "$lib" .xz)
+case $name in _C*.so) ;; *) name=_C.so ;; esac
 case $lib in
-  *.xz) xz -dc "$lib" > "$dir/make_inplace/$(basename "$lib" .xz)" ;;
-  *) cp "$lib" "$dir/make_inplace/" ;;
+  *.xz) xz -dc "$lib" > "$dir/make_inplace/$name" ;;
+  *) cp "$lib" "$dir/make_inplace/$name" ;;
 esac

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       RowBlockLaunch launch;
       launch.tiles_per_cta = getenv("TILES") ? atoi(getenv("TILES")) : col_tiles <= 8 ? 1 : 2;
       launch.group_ctas = (col_tiles + launch.tiles_per_cta - 1) / launch.tiles_per_cta;
-      const Residency res = square_matmul_wgmma_residency(kind, tr, launch.tiles_per_cta);
+      const Residency res = square_matmul_wgmma_residency(kind, tr, launch.tiles_per_cta, launch.col_tile);
       launch.groups = clusters ? res.clusters[launch.group_ctas] : res.ctas / launch.group_ctas;
       auto ours = [&] { return square_matmul_wgmma(kind, x, w, nullptr, rows, n, tr, launch, clusters ? nullptr : cnt, 0); };
       const int rows_ctas = n <= 512 ? square_matmul_wgmma_rows_residency(kind, tr) : 0;

@@ -1,5 +1,5 @@
 """compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
-kernel with one and two tiles per CTA, both weight layouts, partial
+kernel with one and two tiles per CTA of 256 and of 192 columns, both weight layouts, partial
 row-blocks, groups of 2-16 CTAs, in both modes (clusters: workspace_bytes=0;
 counters: a 4 MiB bound); then the 64-row kernel (n of 136 to 512, partial
 row-blocks and halves, more row-blocks than CTAs). `rows` as the argument runs
@@ -36,9 +36,10 @@ def case(label, rows, n, transpose, workspace, dtype=torch.bfloat16):
 if sys.argv[1:] != ["rows"]:
     MODES = {0: "wgmma_clusters", 4 << 20: "wgmma_counted"}  # workspace bound -> mode
     for workspace, tiles in [(0, 1), (0, 2), (4 << 20, 1), (4 << 20, 2)]:
-        with forced_route(MODES[workspace], tiles_per_cta=tiles):
-            for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False)]:
-                case(f"{MODES[workspace]} tiles={tiles}", rows, n, t, workspace)
+        for width in (256, 192):
+            with forced_route(MODES[workspace], tiles_per_cta=tiles, col_tile=width):
+                for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False), (129, 776, True)]:
+                    case(f"{MODES[workspace]} tiles={tiles} width={width}", rows, n, t, workspace)
 
 with forced_route("wgmma_rows"):
     for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True), (9000, 136, False)]:

@@ -41,6 +41,7 @@ def forced_route(
     route: str | None = None,
     *,
     tiles_per_cta: int | None = None,
+    col_tile: int | None = None,
     panels_batched: bool = True,
     staged_rows: bool = True,
 ) -> Iterator[None]:
@@ -53,6 +54,9 @@ def forced_route(
         tiles_per_cta: result tiles per CTA (1 or 2) of the 128-row wgmma
             kernel (128 x 256) and the FFMA kernel (128 x 128); None lets the
             policy choose (a number keeps "wgmma" off the 64-row kernel).
+        col_tile: result columns per tile (256 or 192) of the 128-row wgmma
+            kernel; None lets the policy choose (a number keeps "wgmma" off
+            the 64-row kernel).
         panels_batched: False runs the panel route's GEMMs one workspace block
             at a time instead of one batched call per panel.
         staged_rows: False keeps softmax_ and layer_norm_ off their staged-rows
@@ -61,7 +65,9 @@ def forced_route(
     The switch is process-wide (not per thread): for tests and sweeps only.
     """
     previous = torch.ops.make_inplace._route_override()
-    torch.ops.make_inplace._set_route_override(route or "", tiles_per_cta or 0, panels_batched, staged_rows)
+    torch.ops.make_inplace._set_route_override(
+        route or "", tiles_per_cta or 0, col_tile or 0, panels_batched, staged_rows
+    )
     try:
         yield
     finally:
@@ -88,6 +94,7 @@ class RoutePlan(NamedTuple):
     tiles_per_cta: int  # wgmma/FFMA: result tiles per CTA per row-block (wgmma_rows: 256-column halves)
     group_ctas: int  # wgmma/FFMA: CTAs per group (cluster size in cluster modes)
     groups: int  # wgmma/FFMA: groups launched
+    col_tile: int  # the 128-row wgmma kernel: result columns per tile (256 or 192); 0 for other routes
     counter_bytes: int  # counted modes: one 4-byte counter per 128-row block
     panel_blocks: int  # panel routes: workspace blocks per panel
     panel_rows_per_block: int
@@ -114,6 +121,7 @@ def square_matmul_route(
     allow_tf32: bool = False,
     forced: str | None = None,
     tiles_per_cta: int | None = None,
+    col_tile: int | None = None,
     panels_batched: bool = True,
     cpu_l2_bytes: int | None = 0,
     cpu_bf16_dot: bool | None = True,
@@ -147,6 +155,7 @@ def square_matmul_route(
         waves_max_width=facts.waves_max_width,
         forced=forced or "",
         tiles_per_cta=tiles_per_cta or 0,
+        col_tile=col_tile or 0,
         panels_batched=panels_batched,
         cpu_l2_bytes=cpu_l2_bytes,
         cpu_bf16_dot=cpu_bf16_dot,

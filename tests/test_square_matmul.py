@@ -1,6 +1,7 @@
 """square_matmul_: values, storage, autograd, version counter, errors, memory, streams."""
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -435,6 +436,7 @@ def _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_byt
     assert kernel in names, names
     assert relative_error(view, expected) < TOL[dtype], relative_error(view, expected)
     assert torch.equal(x_extra[rows], sentinel)
+    return names
 
 
 @requires_hopper
@@ -449,14 +451,23 @@ def _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_byt
 )
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("tiles_per_cta", [None, 2], ids=["auto", "2"])
+@pytest.mark.parametrize("col_tile", [None, 192], ids=["width-auto", "192"])
 @pytest.mark.parametrize("workspace_bytes", [0, 4 << 20], ids=["clusters", "counters"])
-def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, workspace_bytes):
+def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, col_tile, workspace_bytes):
     """Every shape the Hopper kernel takes goes to it (forced_route("wgmma")), with
     the policy's choice of tiles per CTA and with two forced (the second held in
-    registers and written once the row-block is free), in both modes: clusters (no
-    workspace) and per-row-block counters (a 4 MiB bound)."""
-    with forced_route("wgmma", tiles_per_cta=tiles_per_cta):
-        _check_kernel_with_sentinel("square_matmul_wgmma", rows, n, dtype, transpose, workspace_bytes)
+    registers and written once the row-block is free), with the policy's tile width
+    and with 192 columns forced, in both modes: clusters (no workspace) and
+    per-row-block counters (a 4 MiB bound)."""
+    # 192-column tiles run wherever a cluster of them can (at most 16 CTAs): the
+    # counted mode too needs a cluster plan to fall back on. Where they cannot,
+    # the policy keeps the width and picks another kernel.
+    narrow = col_tile == 192 and -(-(-(-n // 192)) // (tiles_per_cta or 2)) <= 16
+    kernel = "square_matmul_wgmma" if col_tile is None or narrow else "square_matmul_"
+    with forced_route("wgmma", tiles_per_cta=tiles_per_cta, col_tile=col_tile):
+        names = _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_bytes)
+    if col_tile == 192:
+        assert bool(re.search(r"square_matmul_wgmma_kernel<[^>]*, 192>", names)) == narrow, names
 
 
 @requires_hopper

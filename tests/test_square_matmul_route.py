@@ -63,8 +63,9 @@ CASES = [
     # ---- the Hopper wgmma kernel: 16-bit, sm_90 built for sm_90a, 128+ tiles of 128 x 256
     ("wgmma counted by default", 40000, 1024, BF16, "h100", {}, "wgmma_counted",
      dict(tiles_per_cta=1, group_ctas=4, groups=33, counter_bytes=313 * 4)),
-    ("wgmma clusters with no workspace", 40000, 1024, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
-     dict(tiles_per_cta=1, group_ctas=4, groups=30, counter_bytes=0)),
+    ("wgmma clusters with no workspace: 5 rounds of two tiles (33 k-steps each) against 11 of one (17)", 40000,
+     1024, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+     dict(tiles_per_cta=2, group_ctas=2, groups=66, col_tile=256, counter_bytes=0)),
     ("wgmma counters need a 2 MiB bound", 40000, 1024, F16, "h100", dict(workspace_bytes=2 * MiB - 1),
      "wgmma_clusters", {}),
     ("wgmma counters at a 2 MiB bound", 40000, 1024, F16, "h100", dict(workspace_bytes=2 * MiB), "wgmma_counted", {}),
@@ -72,20 +73,30 @@ CASES = [
      dict(counter_bytes=0)),
     ("wgmma at 128 tiles", 16384, 256, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
      dict(group_ctas=1, groups=128)),
-    ("below 128 tiles: waves", 16256, 256, BF16, "h100", dict(workspace_bytes=0), "waves", {}),
-    ("one tile per CTA up to 8 column tiles", 40000, 2048, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
+    ("wgmma below 128 tiles too", 16256, 256, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters", {}),
+    ("wgmma on one row-block", 16, 1024, F16, "h100", {}, "wgmma_clusters", dict(groups=1, col_tile=192)),
+    ("one tile per CTA where two save too few rounds: 21 of 33 k-steps against 11 of 65", 40000, 2048, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
      dict(tiles_per_cta=1, group_ctas=8, groups=15)),
+    ("192-column tiles where 256 leave a round mostly empty: 1 round of two tiles on 66 clusters of 2 against 2 "
+     "of one tile on 43 clusters of 3", 8192, 768, BF16, "h100", {}, "wgmma_clusters",
+     dict(tiles_per_cta=2, group_ctas=2, groups=64, col_tile=192)),
+    ("192-column tiles counted: 2 rounds of 33 groups against 2 of 44, each cheaper", 5760, 768, F16, "h100",
+     dict(workspace_bytes=4 * MiB), "wgmma_counted", dict(tiles_per_cta=1, group_ctas=4, groups=33, col_tile=192)),
+    ("256-column tiles where 192 take more rounds: 12 against 16", 65536, 768, BF16, "h100", {}, "wgmma_counted",
+     dict(tiles_per_cta=1, group_ctas=3, groups=44, col_tile=256)),
+    ("256-column tiles at n = 1024", 40000, 1024, BF16, "h100", dict(transpose=True), "wgmma_counted",
+     dict(col_tile=256)),
     ("two tiles per CTA where they take fewer rounds", 8192, 1024, BF16, "h100", dict(workspace_bytes=0),
      "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=2, groups=64)),
     ("two tiles per CTA by default too (a bound under 2 MiB)", 8192, 1024, F16, "h100", {}, "wgmma_clusters",
      dict(tiles_per_cta=2, group_ctas=2, groups=64)),
-    ("one tile per CTA where two save too few rounds", 12288, 1024, BF16, "h100", dict(workspace_bytes=0),
-     "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=4, groups=30)),
+    ("256-column tiles at 12288 x 1024: two a CTA, 2 rounds of 33 k-steps against 4 of 17", 12288, 1024, BF16,
+     "h100", dict(workspace_bytes=0, col_tile=256), "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=2, groups=66)),
     ("one tile per CTA where clusters of two cannot be scheduled", 8192, 1024, BF16, "h100",
-     dict(workspace_bytes=0, facts=dict(wgmma_clusters=[0, 132, 0] + clusters(H100_GPCS, 1)[3:])),
+     dict(workspace_bytes=0, col_tile=256, facts=dict(wgmma_clusters=[0, 132, 0] + clusters(H100_GPCS, 1)[3:])),
      "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=4, groups=30)),
-    ("two tiles per CTA from 9 column tiles", 40000, 2056, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
-     dict(tiles_per_cta=2, group_ctas=5)),
+    ("two tiles per CTA from 9 column tiles", 40000, 2056, BF16, "h100", dict(workspace_bytes=0, col_tile=256),
+     "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=5)),
     ("n = 8192: clusters of 16", 4096, 8192, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
      dict(tiles_per_cta=2, group_ctas=16, groups=7)),
     ("n = 8192 counted: groups of 32 CTAs", 4096, 8192, BF16, "h100", {}, "wgmma_counted",
@@ -103,7 +114,7 @@ CASES = [
     ("n = 384: the 128-row groups", 16384, 384, BF16, "h100", dict(workspace_bytes=4 * MiB), "wgmma_counted",
      dict(group_ctas=2)),
     ("n = 520: the 128-row groups", 16384, 520, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters", {}),
-    ("64-row kernel below 128 tiles of 128 x 256: waves", 8064, 512, BF16, "h100", {}, "waves", {}),
+    ("64-row kernel on few rows", 100, 512, BF16, "h100", {}, "wgmma_rows", dict(groups=2)),
     ("64-row kernel: no more CTAs than row-blocks", 8192, 512, BF16, "h100", dict(facts=dict(wgmma_ctas=264)),
      "wgmma_rows", dict(groups=128)),
     ("64-row kernel misaligned: no wgmma", 16384, 512, BF16, "h100", dict(weight_aligned=False, workspace_bytes=0),
@@ -234,9 +245,20 @@ FORCED = [
     ("wgmma counted without a bound: the policy decides", 40000, 1024, BF16, "h100", dict(workspace_bytes=0),
      dict(forced="wgmma_counted"), "wgmma_clusters", {}),
     ("wgmma two tiles per CTA", 1000, 1024, BF16, "h100", dict(workspace_bytes=0),
-     dict(forced="wgmma", tiles_per_cta=2), "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=2)),
+     dict(forced="wgmma", tiles_per_cta=2, col_tile=256), "wgmma_clusters", dict(tiles_per_cta=2, group_ctas=2)),
     ("wgmma two tiles per CTA, counted", 1000, 1024, BF16, "h100", dict(workspace_bytes=4 * MiB),
-     dict(forced="wgmma", tiles_per_cta=2), "wgmma_counted", dict(tiles_per_cta=2, group_ctas=2)),
+     dict(forced="wgmma", tiles_per_cta=2, col_tile=256), "wgmma_counted", dict(tiles_per_cta=2, group_ctas=2)),
+    ("wgmma 192-column tiles", 65536, 768, BF16, "h100", {}, dict(forced="wgmma", col_tile=192), "wgmma_counted",
+     dict(tiles_per_cta=1, group_ctas=4, groups=33, col_tile=192)),
+    ("wgmma 192-column tiles, two per CTA in clusters", 65536, 1024, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma", tiles_per_cta=2, col_tile=192), "wgmma_clusters",
+     dict(tiles_per_cta=2, group_ctas=3, groups=43, col_tile=192)),
+    ("wgmma 256-column tiles", 8192, 768, BF16, "h100", {}, dict(forced="wgmma", col_tile=256), "wgmma_clusters",
+     dict(col_tile=256)),
+    ("wgmma 192-column tiles cannot reach n = 8192 (clusters of at most 16)", 4096, 8192, BF16, "h100",
+     dict(workspace_bytes=0), dict(forced="wgmma", col_tile=192), "waves", {}),
+    ("wgmma with a tile width: the 128-row kernel", 16384, 512, BF16, "h100", dict(workspace_bytes=0),
+     dict(forced="wgmma", col_tile=192), "wgmma_clusters", dict(group_ctas=3, col_tile=192)),
     ("wgmma one tile per CTA cannot reach n = 8192", 4096, 8192, BF16, "h100", dict(workspace_bytes=0),
      dict(forced="wgmma", tiles_per_cta=1), "waves", {}),
     ("wgmma misaligned: the policy decides", 4096, 1024, BF16, "h100", dict(x_aligned=False, workspace_bytes=0),
@@ -244,13 +266,13 @@ FORCED = [
     ("wgmma at n = 512: the 64-row kernel", 100, 512, BF16, "h100", dict(workspace_bytes=0), dict(forced="wgmma"),
      "wgmma_rows", dict(groups=2)),
     ("wgmma with tiles per CTA: the 128-row kernel", 100, 512, BF16, "h100", dict(workspace_bytes=0),
-     dict(forced="wgmma", tiles_per_cta=1), "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=2)),
+     dict(forced="wgmma", tiles_per_cta=1, col_tile=256), "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=2)),
     ("wgmma counted at n = 512", 16384, 512, BF16, "h100", dict(workspace_bytes=4 * MiB),
      dict(forced="wgmma_counted"), "wgmma_counted", dict(group_ctas=2)),
     ("wgmma_rows at any width from 136 to 512", 1, 136, F16, "h100", dict(workspace_bytes=0),
      dict(forced="wgmma_rows"), "wgmma_rows", dict(tiles_per_cta=1, group_ctas=1, groups=1)),
     ("wgmma_rows under three k-steps: the policy decides", 1, 128, F16, "h100", dict(workspace_bytes=0),
-     dict(forced="wgmma_rows"), "waves", {}),
+     dict(forced="wgmma_rows"), "wgmma_clusters", {}),
     ("wgmma_rows past 512: the policy decides", 40000, 1024, BF16, "h100", {}, dict(forced="wgmma_rows"),
      "wgmma_counted", {}),
     ("wgmma_rows in fp32: the policy decides", 4096, 512, F32, "h100", dict(workspace_bytes=0),
@@ -419,15 +441,18 @@ def test_cpu_calls_follow_the_l2_rule_of_this_machine():
 
 def test_forced_route_sets_and_restores_the_switch():
     default = torch.ops.make_inplace._route_override()
-    assert default == ("", 0, True, True)
-    with forced_route("wgmma", tiles_per_cta=2, staged_rows=False):
-        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, True, False)
+    assert default == ("", 0, 0, True, True)
+    with forced_route("wgmma", tiles_per_cta=2, col_tile=192, staged_rows=False):
+        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, 192, True, False)
         with forced_route("panels", panels_batched=False):
-            assert torch.ops.make_inplace._route_override() == ("panels", 0, False, True)
-        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, True, False)
+            assert torch.ops.make_inplace._route_override() == ("panels", 0, 0, False, True)
+        assert torch.ops.make_inplace._route_override() == ("wgmma", 2, 192, True, False)
     assert torch.ops.make_inplace._route_override() == default
     with pytest.raises(RuntimeError, match="square_matmul route must be one of"):
         with forced_route("fused"):
+            pass
+    with pytest.raises(RuntimeError, match="col_tile must be 0"):
+        with forced_route("wgmma", col_tile=128):
             pass
     assert torch.ops.make_inplace._route_override() == default
 

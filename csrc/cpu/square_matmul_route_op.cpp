@@ -25,9 +25,12 @@ Forced parse_forced_or_throw(const std::string& name) {
   return forced;
 }
 
-void check_tiles_per_cta(int64_t tiles_per_cta) {
+void check_launch_override(int64_t tiles_per_cta, int64_t col_tile) {
   TORCH_CHECK(tiles_per_cta >= 0 && tiles_per_cta <= kernels::wgmma::kMaxTilesPerCta,
               "tiles_per_cta must be 0 (the policy's choice), 1 or 2, got ", tiles_per_cta);
+  TORCH_CHECK(col_tile == 0 || col_tile == kernels::wgmma::kColTile || col_tile == kernels::wgmma::kNarrowColTile,
+              "col_tile must be 0 (the policy's choice), ", kernels::wgmma::kColTile, " or ",
+              kernels::wgmma::kNarrowColTile, ", got ", col_tile);
 }
 
 kernels::Residency residency(int64_t ctas, c10::IntArrayRef clusters, const char* name) {
@@ -44,7 +47,8 @@ kernels::Residency residency(int64_t ctas, c10::IntArrayRef clusters, const char
   return r;
 }
 
-using PlanTuple = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+using PlanTuple =
+    std::tuple<std::string, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
 
 PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, c10::string_view device,
                               bool transpose, std::optional<int64_t> workspace_bytes, bool x_aligned,
@@ -52,13 +56,13 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
                               c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
-                              bool panels_batched, std::optional<int64_t> cpu_l2_bytes,
+                              int64_t col_tile, bool panels_batched, std::optional<int64_t> cpu_l2_bytes,
                               std::optional<bool> cpu_bf16_dot) {
   TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
   TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
   TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
               workspace_bytes.value_or(0));
-  check_tiles_per_cta(tiles_per_cta);
+  check_launch_override(tiles_per_cta, col_tile);
   square_matmul::Call call;
   call.rows = rows;
   call.n = n;
@@ -77,10 +81,11 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     d.minor = static_cast<int>(capability_minor);
     d.sm90a_built = sm90a;
     d.tensor_maps = tensor_maps;
-    // The same residency for both tiles-per-CTA variants of each kernel, and
-    // for the 64-row wgmma kernel (on an H100 and H200 all fit one CTA per SM,
-    // the FFMA kernel two).
+    // The same residency for every tiles-per-CTA and tile-width variant of
+    // each kernel, and for the 64-row wgmma kernel (on an H100 and H200 all
+    // fit one CTA per SM, the FFMA kernel two).
     d.wgmma[0] = d.wgmma[1] = residency(wgmma_ctas, wgmma_clusters, "wgmma");
+    d.wgmma_narrow[0] = d.wgmma_narrow[1] = d.wgmma[0];
     d.wgmma_rows_ctas = d.wgmma[0].ctas;
     d.ffma[0] = d.ffma[1] = residency(ffma_ctas, ffma_clusters, "ffma");
     d.waves_max_width = waves_max_width;
@@ -93,28 +98,31 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
   square_matmul::Override o;
   o.route = parse_forced_or_throw(std::string(forced));
   o.tiles_per_cta = static_cast<int>(tiles_per_cta);
+  o.col_tile = static_cast<int>(col_tile);
   o.panels_batched = panels_batched;
   const square_matmul::Plan p = square_matmul::plan(call, d, o);
   TORCH_CHECK(p.route != square_matmul::Route::kUnsupported, "make_inplace.", square_matmul::unsupported_message(call));
+  const bool wgmma = p.route == square_matmul::Route::kWgmmaCounted || p.route == square_matmul::Route::kWgmmaClusters;
   return {square_matmul::route_name(p.route), p.groups.tiles_per_cta, p.groups.group_ctas, p.groups.groups,
-          p.counter_bytes, p.panels.blocks, p.panels.rows_per_block, p.panels.block_bytes, p.panels.batched};
+          wgmma ? p.groups.col_tile : 0, p.counter_bytes, p.panels.blocks, p.panels.rows_per_block, p.panels.block_bytes, p.panels.batched};
 }
 
-void set_route_override_op(c10::string_view square_matmul_route, int64_t tiles_per_cta, bool panels_batched,
-                           bool staged_rows) {
-  check_tiles_per_cta(tiles_per_cta);
+void set_route_override_op(c10::string_view square_matmul_route, int64_t tiles_per_cta, int64_t col_tile,
+                           bool panels_batched, bool staged_rows) {
+  check_launch_override(tiles_per_cta, col_tile);
   RouteOverride o;
   o.square_matmul.route = parse_forced_or_throw(std::string(square_matmul_route));
   o.square_matmul.tiles_per_cta = static_cast<int>(tiles_per_cta);
+  o.square_matmul.col_tile = static_cast<int>(col_tile);
   o.square_matmul.panels_batched = panels_batched;
   o.staged_rows = staged_rows;
   set_route_override(o);
 }
 
-std::tuple<std::string, int64_t, bool, bool> route_override_op() {
+std::tuple<std::string, int64_t, int64_t, bool, bool> route_override_op() {
   const RouteOverride o = route_override();
   return {square_matmul::forced_name(o.square_matmul.route), o.square_matmul.tiles_per_cta,
-          o.square_matmul.panels_batched, o.staged_rows};
+          o.square_matmul.col_tile, o.square_matmul.panels_batched, o.staged_rows};
 }
 
 }  // namespace

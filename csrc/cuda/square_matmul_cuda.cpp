@@ -52,7 +52,10 @@ square_matmul::Device device_facts(int device, ScalarKind kind, bool transpose) 
   const bool half = kind == ScalarKind::kFloat16 || kind == ScalarKind::kBFloat16;
   if (half && d.sm90a_built && d.tensor_maps && d.major == 9 && d.minor == 0) {
     for (int tiles = 1; tiles <= kernels::wgmma::kMaxTilesPerCta; ++tiles) {
-      d.wgmma[tiles - 1] = kernels::square_matmul_wgmma_residency(kind, transpose, tiles);
+      d.wgmma[tiles - 1] =
+          kernels::square_matmul_wgmma_residency(kind, transpose, tiles, kernels::wgmma::kColTile);
+      d.wgmma_narrow[tiles - 1] =
+          kernels::square_matmul_wgmma_residency(kind, transpose, tiles, kernels::wgmma::kNarrowColTile);
     }
     d.wgmma_rows_ctas = kernels::square_matmul_wgmma_rows_residency(kind, transpose);
   }

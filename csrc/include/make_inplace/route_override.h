@@ -20,6 +20,7 @@ namespace detail {
 struct RouteOverrideStore {
   std::atomic<int> route{static_cast<int>(square_matmul::Forced::kNone)};
   std::atomic<int> tiles_per_cta{0};
+  std::atomic<int> col_tile{0};
   std::atomic<bool> panels_batched{true};
   std::atomic<bool> staged_rows{true};
 };
@@ -34,6 +35,7 @@ inline RouteOverride route_override() {
   RouteOverride o;
   o.square_matmul.route = static_cast<square_matmul::Forced>(s.route.load());
   o.square_matmul.tiles_per_cta = s.tiles_per_cta.load();
+  o.square_matmul.col_tile = s.col_tile.load();
   o.square_matmul.panels_batched = s.panels_batched.load();
   o.staged_rows = s.staged_rows.load();
   return o;
@@ -43,6 +45,7 @@ inline void set_route_override(const RouteOverride& o) {
   detail::RouteOverrideStore& s = detail::route_override_store();
   s.route.store(static_cast<int>(o.square_matmul.route));
   s.tiles_per_cta.store(o.square_matmul.tiles_per_cta);
+  s.col_tile.store(o.square_matmul.col_tile);
   s.panels_batched.store(o.square_matmul.panels_batched);
   s.staged_rows.store(o.staged_rows);
 }

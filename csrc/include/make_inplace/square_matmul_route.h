@@ -52,7 +52,8 @@ struct Device {
   int major = 0, minor = 0;   // compute capability
   bool sm90a_built = false;   // this library carries the sm_90a (wgmma) kernels
   bool tensor_maps = false;   // the driver can encode TMA tensor maps
-  kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1]
+  kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1], 256-column tiles
+  kernels::Residency wgmma_narrow[kernels::wgmma::kMaxTilesPerCta];  // the same, 192-column tiles
   int wgmma_rows_ctas = 0;    // CTAs of the 64-row wgmma kernel that fit at once
   kernels::Residency ffma[kernels::ffma::kMaxTilesPerCta];    // [tiles per CTA - 1]
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
@@ -79,6 +80,7 @@ enum class Forced {
 struct Override {
   Forced route = Forced::kNone;
   int tiles_per_cta = 0;       // wgmma and FFMA: 0 the policy's choice, else 1 or 2 only
+  int col_tile = 0;            // the 128-row wgmma kernel: 0 the policy's choice, else 256 or 192 only
   bool panels_batched = true;  // false: one GEMM per workspace block
 };
 

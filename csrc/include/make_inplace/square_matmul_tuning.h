@@ -34,19 +34,21 @@ constexpr int64_t kMinPanelTiles = 96;
 // a smaller share of cuBLAS's 128-row tiles busy lose to it.
 constexpr double kWavesShareOfCublas16Bit = 0.3;
 constexpr double kWavesShareOfCublasOther = 0.5;
-// The wgmma kernel needs this many 128 x 256 result tiles to fill the GPU.
-constexpr int64_t kWgmmaMinTiles = 128;
 // From this width up to 512, in whole 64-column k-steps, the 64-row wgmma
 // kernel (one CTA per row-block) beats the 128-row groups; narrower rows
 // leave its second warpgroup mostly idle, and a partial k-step was slower.
 constexpr int64_t kWgmmaRowsMinN = 448;
 constexpr int64_t kWgmmaRowsStepN = 64;
-// Up to this many 256-column tiles a wgmma CTA computes one tile, else two.
+// The wgmma plans (tile width 256 or 192, one or two tiles a CTA, clusters
+// or counted groups) are weighed by their rounds of row-blocks, each costing
+// this many 64-deep k-steps of one 256-column tile (the pipeline's fill and
+// the epilogue) plus the k-steps of its tiles. Fitted on an H100 to 38
+// measured cases (19 shapes, both modes): it takes the fastest plan, or one
+// within 3%, at 36 of them; 0.5-1.5 fit as well (docs/square_matmul.md).
+constexpr double kWgmmaRoundOverheadKSteps = 1.0;
+// Up to this many column tiles a wgmma CTA in a cluster may compute one
+// tile; wider rows take two (clusters half as large pack the GPCs better).
 constexpr int64_t kWgmmaOneTileMaxColTiles = 8;
-// A cluster round of two tiles per CTA costs this many rounds of one; up to
-// 8 column tiles, clusters take two tiles where they save more rounds than
-// that (docs/square_matmul.md).
-constexpr double kWgmmaTwoTileRoundCost = 2.3;
 // The FFMA kernel needs this many 128 x 128 result tiles to beat the other
 // routes: counted (every CTA resident) and in clusters (fewer fit at once).
 constexpr int64_t kFfmaCountedMinTiles = 256;

@@ -51,37 +51,69 @@ Plan panel_plan(const PanelPlan& panels) {
   return p;
 }
 
-// Whether two tiles per CTA finish a cluster plan of up to 8 column tiles
-// first: clusters half as large fit more often, so fewer rounds, each
-// costing kWgmmaTwoTileRoundCost one-tile rounds.
-bool two_tiles_finish_first(int64_t col_tiles, int64_t row_blocks, const Device& d) {
-  const int one = d.wgmma[0].clusters[col_tiles];
-  const int two = d.wgmma[1].clusters[ceil_div(col_tiles, 2)];
-  if (one == 0 || two == 0) return false;
-  return kWgmmaTwoTileRoundCost * static_cast<double>(ceil_div(row_blocks, two)) <
-         static_cast<double>(ceil_div(row_blocks, one));
+// The wgmma kernel's residency for tiles of col_tile columns, tiles a CTA.
+const kernels::Residency& wgmma_residency(const Device& d, int col_tile, int tiles) {
+  return col_tile == kernels::wgmma::kNarrowColTile ? d.wgmma_narrow[tiles - 1] : d.wgmma[tiles - 1];
 }
 
-// The wgmma kernel's cluster plan: one tile per CTA up to 8 column tiles
-// (two where those finish first), else two (clusters half as large pack the
-// GPCs better); the other choice when the preferred cluster size cannot be
-// scheduled. `only` (1 or 2, from an override) allows that choice alone.
-bool wgmma_clusters(const Call& c, const Device& d, int only, RowBlockLaunch* out) {
-  const int64_t col_tiles = ceil_div(c.n, kernels::wgmma::kColTile);
-  const int64_t all_row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
-  int preferred = only != 0 ? only : col_tiles <= kWgmmaOneTileMaxColTiles ? 1 : 2;
-  if (only == 0 && preferred == 1 && two_tiles_finish_first(col_tiles, all_row_blocks, d)) preferred = 2;
-  for (const int tiles : {preferred, 3 - preferred}) {
-    if (tiles < 1 || tiles > kernels::wgmma::kMaxTilesPerCta || (only != 0 && only != tiles)) continue;
+// What a wgmma plan costs, in 64-deep k-steps of one 256-column tile: its
+// rounds of row-blocks, each a fixed kWgmmaRoundOverheadKSteps plus the
+// k-steps of the tiles a CTA computes (a 192-column tile three quarters of a
+// 256-column one).
+double wgmma_cost(const RowBlockLaunch& l, int64_t row_blocks, int64_t n) {
+  const double k_steps = static_cast<double>(ceil_div(n, 64));
+  const double work = l.tiles_per_cta * (l.col_tile / static_cast<double>(kernels::wgmma::kColTile)) * k_steps;
+  return static_cast<double>(ceil_div(row_blocks, l.groups)) * (kWgmmaRoundOverheadKSteps + work);
+}
+
+// The wgmma kernel's cheapest cluster plan for tiles of col_tile columns: one
+// or two tiles a CTA, clusters of at most 16 CTAs that can be scheduled; one
+// tile a CTA only up to 8 column tiles (wider rows pack the GPCs better in
+// clusters half as large). `only` (1 or 2, from an override) allows that
+// choice alone, at any width.
+bool wgmma_clusters(const Call& c, const Device& d, int only, int col_tile, RowBlockLaunch* out) {
+  const int64_t col_tiles = ceil_div(c.n, col_tile);
+  const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+  bool found = false;
+  for (int tiles = 1; tiles <= kernels::wgmma::kMaxTilesPerCta; ++tiles) {
+    if (only != 0 ? only != tiles : tiles == 1 && col_tiles > kWgmmaOneTileMaxColTiles) continue;
     const int64_t ctas = ceil_div(col_tiles, tiles);
     if (ctas > kernels::kMaxClusterCtas) continue;
-    const int clusters = d.wgmma[tiles - 1].clusters[ctas];
-    if (clusters > 0) {
-      *out = {tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, all_row_blocks))};
-      return true;
-    }
+    const int clusters = wgmma_residency(d, col_tile, tiles).clusters[ctas];
+    if (clusters == 0) continue;
+    const RowBlockLaunch l{tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, row_blocks)),
+                           col_tile};
+    if (!found || wgmma_cost(l, row_blocks, c.n) < wgmma_cost(*out, row_blocks, c.n)) *out = l;
+    found = true;
   }
-  return false;
+  return found;
+}
+
+// The counted plan for tiles of col_tile columns, `tiles` a CTA: groups of
+// ceil(col_tiles / tiles) plain CTAs, every SM busy, if a group fits at once.
+bool wgmma_counted(const Call& c, const Device& d, int tiles, int col_tile, RowBlockLaunch* out) {
+  const int64_t group = ceil_div(ceil_div(c.n, col_tile), tiles);
+  const int resident = wgmma_residency(d, col_tile, tiles).ctas;
+  if (resident < group) return false;
+  const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+  *out = {tiles, static_cast<int>(group), static_cast<int>(std::min<int64_t>(resident / group, row_blocks)), col_tile};
+  return true;
+}
+
+// Of the plans of both tile widths `plan_for(col_tile, &launch)` finds, the
+// cheaper (wgmma_cost; ties keep 256 columns); `only_col_tile` (256 or 192,
+// from an override) allows that width alone.
+template <typename PlanFor>
+bool cheaper_width(const Call& c, int only_col_tile, PlanFor plan_for, RowBlockLaunch* out) {
+  const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
+  bool found = false;
+  for (const int64_t width : {kernels::wgmma::kColTile, kernels::wgmma::kNarrowColTile}) {
+    RowBlockLaunch l;
+    if ((only_col_tile != 0 && only_col_tile != width) || !plan_for(static_cast<int>(width), &l)) continue;
+    if (!found || wgmma_cost(l, row_blocks, c.n) < wgmma_cost(*out, row_blocks, c.n)) *out = l;
+    found = true;
+  }
+  return found;
 }
 
 // Whether the wgmma kernels take the call: 16-bit types on sm_90 built for
@@ -112,23 +144,26 @@ bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
 // The 128-row wgmma kernel in `mode` (kNone or kWgmma: counters when the
 // bound has room for them and the groups fit at once, else clusters), for n
 // up to 8192 (a row-block of results in one cluster) with a cluster plan.
-bool plan_wgmma(const Call& c, const Device& d, int only_tiles, Forced mode, Plan* out) {
+// Tiles of 192 columns where their plan costs less than 256 columns' (more,
+// smaller groups fill a last round that 256 columns leave mostly empty).
+bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, Plan* out) {
   const bool runs = wgmma_runs(c, d) && c.n <= kernels::wgmma::kMaxN;
   RowBlockLaunch clusters;
-  if (!runs || !wgmma_clusters(c, d, only_tiles, &clusters)) return false;
+  const auto cluster_plan = [&](int col_tile, RowBlockLaunch* l) {
+    return wgmma_clusters(c, d, o.tiles_per_cta, col_tile, l);
+  };
+  if (!runs || !cheaper_width(c, o.col_tile, cluster_plan, &clusters)) return false;
   const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
-  if (mode != Forced::kWgmmaClusters && counters_fit(c.workspace_bound, counter_bytes)) {
-    // Counted: groups of ceil(col_tiles / tiles) plain CTAs, every SM busy.
-    const int tiles = only_tiles == 2 ? 2 : 1;
-    const int64_t group = ceil_div(ceil_div(c.n, kernels::wgmma::kColTile), tiles);
-    const int resident = d.wgmma[tiles - 1].ctas;
-    if (resident >= group) {
-      const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
-      out->route = Route::kWgmmaCounted;
-      out->groups = {tiles, static_cast<int>(group), static_cast<int>(std::min<int64_t>(resident / group, row_blocks))};
-      out->counter_bytes = counter_bytes;
-      return true;
-    }
+  RowBlockLaunch counted;
+  const auto counted_plan = [&](int col_tile, RowBlockLaunch* l) {
+    return wgmma_counted(c, d, o.tiles_per_cta == 2 ? 2 : 1, col_tile, l);
+  };
+  if (mode != Forced::kWgmmaClusters && counters_fit(c.workspace_bound, counter_bytes) &&
+      cheaper_width(c, o.col_tile, counted_plan, &counted)) {
+    out->route = Route::kWgmmaCounted;
+    out->groups = counted;
+    out->counter_bytes = counter_bytes;
+    return true;
   }
   if (mode == Forced::kWgmmaCounted) return false;
   out->route = Route::kWgmmaClusters;
@@ -260,14 +295,14 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   // A forced route runs wherever it can.
   switch (o.route) {
     case Forced::kWgmma:
-      if ((o.tiles_per_cta == 0 && plan_wgmma_rows(c, d, false, &p)) ||
-          plan_wgmma(c, d, o.tiles_per_cta, o.route, &p)) {
+      if ((o.tiles_per_cta == 0 && o.col_tile == 0 && plan_wgmma_rows(c, d, false, &p)) ||
+          plan_wgmma(c, d, o, o.route, &p)) {
         return p;
       }
       break;
     case Forced::kWgmmaCounted:
     case Forced::kWgmmaClusters:
-      if (plan_wgmma(c, d, o.tiles_per_cta, o.route, &p)) return p;
+      if (plan_wgmma(c, d, o, o.route, &p)) return p;
       break;
     case Forced::kWgmmaRows:
       if (plan_wgmma_rows(c, d, true, &p)) return p;
@@ -291,12 +326,12 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
     case Forced::kNone: break;
   }
 
-  // The wgmma kernels whenever they take the case and have the tiles to fill
-  // the GPU, whatever the bound: they need at most counters, and beat panels.
-  // A tiles-per-CTA override asks for the 128-row kernel.
-  const int64_t wgmma_tiles = ceil_div(c.rows, kernels::wgmma::kRowBlock) * ceil_div(c.n, kernels::wgmma::kColTile);
-  if (wgmma_tiles >= kWgmmaMinTiles && ((o.tiles_per_cta == 0 && plan_wgmma_rows(c, d, false, &p)) ||
-                                        plan_wgmma(c, d, o.tiles_per_cta, Forced::kNone, &p))) {
+  // The wgmma kernels whenever they take the case, whatever the bound and
+  // however few the rows: they need at most counters, and beat panels and
+  // the waves kernel even on one row-block. A tiles-per-CTA or tile-width
+  // override asks for the 128-row kernel.
+  if ((o.tiles_per_cta == 0 && o.col_tile == 0 && plan_wgmma_rows(c, d, false, &p)) ||
+      plan_wgmma(c, d, o, Forced::kNone, &p)) {
     return p;
   }
 

@@ -45,16 +45,27 @@ namespace {
 
 using namespace wgmma_sm90;
 
-constexpr int kBM = static_cast<int>(wgmma::kRowBlock), kBN = static_cast<int>(wgmma::kColTile);
+constexpr int kBM = static_cast<int>(wgmma::kRowBlock);
 constexpr int kThreads = 384;
-constexpr int kStages = 3;
 constexpr int kATileBytes = kBM * kBK * 2;        // 16 KiB
-constexpr int kBTileBytes = kBN * kBK * 2;        // 32 KiB
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kParkBytes = kBM * kBN * 2;         // 64 KiB
-constexpr int kSmemBytes = kStages * kStageBytes + kParkBytes + 1024 /* alignment */ + 256 /* barriers */;
-constexpr int kMaxTilesPerCta = wgmma::kMaxTilesPerCta;  // one parked, one held in registers
-static_assert(kSmemBytes <= 227 * 1024, "sm_90 shared memory per block");
+constexpr int kSmemLimit = 227 * 1024;            // sm_90 shared memory per block
+constexpr int kSmemExtra = 1024 /* alignment */ + 256 /* barriers */;
+constexpr int kWide = static_cast<int>(wgmma::kColTile), kNarrow = static_cast<int>(wgmma::kNarrowColTile);
+
+// The shared memory of a CTA computing 128 x kBN result tiles: the park (one
+// tile), then as many ring stages (an x-tile and a w-tile) as fit beside it:
+// 3 for 256 columns, 4 for 192.
+template <int kBN>
+struct Tile {
+  static_assert(kBN == kWide || kBN == kNarrow, "256- or 192-column tiles");
+  static constexpr int kBTileBytes = kBN * kBK * 2;  // 32 or 24 KiB
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kParkBytes = kBM * kBN * 2;   // 64 or 48 KiB
+  static constexpr int kStages = (kSmemLimit - kParkBytes - kSmemExtra) / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kParkBytes + kSmemExtra;
+  static constexpr int kAcc = kBN / 2;  // a consumer thread's accumulators for 64 x kBN results
+};
+static_assert(Tile<256>::kStages == 3 && Tile<192>::kStages == 4, "ring stages");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -102,12 +113,14 @@ struct BlockDone {
 // row-block: rank + t * ctas for t < kTiles, while below col_tiles. Tile 0
 // is parked in shared memory; with kTiles = 2, tile 1 is held in registers
 // until the park is free again. x itself is reached through x_map only.
-template <typename Elem, bool kWeightKMajor, int kTiles>
+template <typename Elem, bool kWeightKMajor, int kTiles, int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     square_matmul_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                                const void* bias, int64_t rows, int n, int col_tiles,
                                uint32_t* counters, int group_ctas) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = Tile<kBN>::kStages, kStageBytes = Tile<kBN>::kStageBytes;
+  constexpr int kParkBytes = Tile<kBN>::kParkBytes;
   extern __shared__ uint8_t smem_raw[];
   // TMA's 128-byte swizzle repeats every 1024 bytes: align the ring and parking to it.
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -161,9 +174,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             uint8_t* a = smem + stage * kStageBytes;
             uint8_t* b = a + kATileBytes;
             tma_load(a, &x_map, &full[stage], kt * kBK, rb * kBM);
-            if (kWeightKMajor) {  // w[c*256 + j][k]: one 256-row box
+            if (kWeightKMajor) {  // w[c*kBN + j][k]: one kBN-row box
               tma_load(b, &w_map, &full[stage], kt * kBK, c * kBN);
-            } else {  // w[k][c*256 + j]: four 64-column boxes
+            } else {  // w[k][c*kBN + j]: kBN / 64 boxes of 64 columns
               for (int i = 0; i < kBN / kBoxCols; ++i) {
                 tma_load(b + i * kWBoxBytes, &w_map, &full[stage], c * kBN + i * kBoxCols, kt * kBK);
               }
@@ -209,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int half = warpgroup - 1;  // rows half*64 .. half*64 + 63 of each tile
     StageRing<kStages> ring;
     int j = 0, parks = 0;
-    float acc[128];
+    float acc[Tile<kBN>::kAcc];
     const auto tiles = [&](int stage) {
       return StepTiles{shared_address(smem + stage * kStageBytes) + half * 64 * 128,
                        shared_address(smem + stage * kStageBytes + kATileBytes)};
@@ -263,17 +276,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 using KernelFn = void (*)(const CUtensorMap, const CUtensorMap, const void*, int64_t, int, int, uint32_t*, int);
 
-template <typename Elem>
-KernelFn kernel_for(bool k_major, int tiles) {
-  if (k_major) {
-    return tiles == 1 ? square_matmul_wgmma_kernel<Elem, true, 1> : square_matmul_wgmma_kernel<Elem, true, 2>;
-  }
-  return tiles == 1 ? square_matmul_wgmma_kernel<Elem, false, 1> : square_matmul_wgmma_kernel<Elem, false, 2>;
+// The variants built: one or two tiles a CTA, of 256 or 192 columns.
+template <typename Elem, bool kKMajor, int kBN>
+KernelFn kernel_for(int tiles) {
+  return tiles == 1 ? square_matmul_wgmma_kernel<Elem, kKMajor, 1, kBN>
+         : tiles == 2 ? square_matmul_wgmma_kernel<Elem, kKMajor, 2, kBN>
+                      : nullptr;
 }
 
-KernelFn kernel_for(ScalarKind kind, bool k_major, int tiles) {
-  return kind == ScalarKind::kBFloat16 ? kernel_for<__nv_bfloat16>(k_major, tiles)
-                                       : kernel_for<__half>(k_major, tiles);
+template <typename Elem, bool kKMajor>
+KernelFn kernel_for(int tiles, int col_tile) {
+  return col_tile == kWide     ? kernel_for<Elem, kKMajor, kWide>(tiles)
+         : col_tile == kNarrow ? kernel_for<Elem, kKMajor, kNarrow>(tiles)
+                               : nullptr;
+}
+
+KernelFn kernel_for(ScalarKind kind, bool k_major, int tiles, int col_tile) {
+  if (kind == ScalarKind::kBFloat16) {
+    return k_major ? kernel_for<__nv_bfloat16, true>(tiles, col_tile) : kernel_for<__nv_bfloat16, false>(tiles, col_tile);
+  }
+  return k_major ? kernel_for<__half, true>(tiles, col_tile) : kernel_for<__half, false>(tiles, col_tile);
+}
+
+int smem_bytes(int col_tile) {
+  return col_tile == kNarrow ? Tile<kNarrow>::kSmemBytes : Tile<kWide>::kSmemBytes;
 }
 
 constexpr bool kBuiltForSm90a =
@@ -287,20 +313,19 @@ constexpr bool kBuiltForSm90a =
 // at once (0: none, e.g. a cluster size the device cannot schedule); ctas = 0
 // asks how many plain CTAs fit (the counted mode's cooperative grid). Sets the
 // kernel's attributes on the way, so a launch of the variant finds them set.
-int active_clusters(int device, ScalarKind kind, bool k_major, int tiles, int ctas) {
-  const KernelFn kernel = kernel_for(kind, k_major, tiles);
+int active_clusters(int device, KernelFn kernel, int smem, int ctas) {
   int count = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) == cudaSuccess &&
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
     if (ctas == 0) {
       int per_sm = 0, sms = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmemBytes) == cudaSuccess &&
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) == cudaSuccess &&
           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
         count = per_sm * sms;
       }
     } else {
       cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = row_block_groups::launch_config(ctas, kThreads, kSmemBytes, ctas, nullptr, &attr);
+      const cudaLaunchConfig_t config = row_block_groups::launch_config(ctas, kThreads, smem, ctas, nullptr, &attr);
       if (cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
         count = 0;
       }
@@ -318,19 +343,18 @@ bool square_matmul_wgmma_built() { return kBuiltForSm90a; }
 
 bool square_matmul_wgmma_tensor_maps() { return tensor_map_encoder() != nullptr; }
 
-Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int tiles_per_cta) {
+Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int tiles_per_cta, int col_tile) {
   Residency r;
-  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) || tiles_per_cta < 1 ||
-      tiles_per_cta > wgmma::kMaxTilesPerCta) {
-    return r;
-  }
+  if (!kBuiltForSm90a || (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16)) return r;
+  const KernelFn kernel = kernel_for(kind, transpose, tiles_per_cta, col_tile);
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
+  if (kernel == nullptr || cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return r;
   }
-  r.ctas = active_clusters(device, kind, transpose, tiles_per_cta, 0);
-  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = active_clusters(device, kind, transpose, tiles_per_cta, c);
+  const int smem = smem_bytes(col_tile);
+  r.ctas = active_clusters(device, kernel, smem, 0);
+  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = active_clusters(device, kernel, smem, c);
   return r;
 }
 
@@ -341,20 +365,22 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
       n > wgmma::kMaxN || rows < 0 || rows > kMaxGroupRows || !aligned16(x) || !aligned16(w)) {
     return cudaErrorNotSupported;
   }
-  const int col_tiles = static_cast<int>((n + kBN - 1) / kBN);
+  const KernelFn kernel = kernel_for(kind, transpose, launch.tiles_per_cta, launch.col_tile);
+  const int col_tiles = static_cast<int>((n + launch.col_tile - 1) / launch.col_tile);
   const bool counted = counters != nullptr;
-  if (launch.tiles_per_cta < 1 || launch.tiles_per_cta > kMaxTilesPerCta || launch.groups < 1 ||
-      launch.group_ctas < 1 || int64_t{launch.group_ctas} * launch.tiles_per_cta < col_tiles ||
+  if (kernel == nullptr || launch.groups < 1 || launch.group_ctas < 1 ||
+      int64_t{launch.group_ctas} * launch.tiles_per_cta < col_tiles ||
       (!counted && launch.group_ctas > kMaxClusterCtas)) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
   // x is loaded and stored in 128 x 64 boxes. transpose: x @ w^T reads w's
-  // rows along k (K-major, 256 x 64 boxes); otherwise x @ w reads w's rows
-  // along the output columns (N-major, 64 x 64 boxes).
+  // rows along k (K-major, col_tile x 64 boxes); otherwise x @ w reads w's
+  // rows along the output columns (N-major, 64 x 64 boxes).
   CUtensorMap x_map, w_map;
   if (tensor_map_encoder() == nullptr) return cudaErrorNotSupported;
-  if (!encode_map(&x_map, kind, x, rows, n, kBM) || !encode_map(&w_map, kind, w, n, n, transpose ? kBN : kBK)) {
+  if (!encode_map(&x_map, kind, x, rows, n, kBM) ||
+      !encode_map(&w_map, kind, w, n, n, transpose ? launch.col_tile : kBK)) {
     return cudaErrorInvalidValue;
   }
   if (counted) {
@@ -362,10 +388,11 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
     if (zeroed != cudaSuccess) return zeroed;
   }
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = row_block_groups::launch_config(
-      launch.groups * launch.group_ctas, kThreads, kSmemBytes, counted ? 0 : launch.group_ctas, stream, &attr);
-  return cudaLaunchKernelEx(&config, kernel_for(kind, transpose, launch.tiles_per_cta), x_map, w_map, bias, rows,
-                            static_cast<int>(n), col_tiles, counters, counted ? launch.group_ctas : 0);
+  const cudaLaunchConfig_t config =
+      row_block_groups::launch_config(launch.groups * launch.group_ctas, kThreads, smem_bytes(launch.col_tile),
+                                      counted ? 0 : launch.group_ctas, stream, &attr);
+  return cudaLaunchKernelEx(&config, kernel, x_map, w_map, bias, rows, static_cast<int>(n), col_tiles, counters,
+                            counted ? launch.group_ctas : 0);
 }
 
 }  // namespace make_inplace::kernels

@@ -11,10 +11,13 @@ namespace make_inplace::kernels {
 constexpr int kMaxClusterCtas = 16;
 
 // Hopper wgmma kernel: groups of CTAs own 128-row blocks; each CTA computes
-// 128 x 256 result tiles, one parked in shared memory and one in registers.
+// 128 x 256 result tiles, one parked in shared memory and one in registers,
+// or one 128 x 192 tile (more, smaller groups where 256 columns leave a
+// round of row-blocks mostly empty).
 namespace wgmma {
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kColTile = 256;
+constexpr int64_t kNarrowColTile = 192;
 constexpr int kMaxTilesPerCta = 2;
 // A row-block of results must fit in one cluster: 16 CTAs x 2 tiles x 256.
 constexpr int64_t kMaxN = int64_t{kMaxClusterCtas} * kMaxTilesPerCta * kColTile;
@@ -57,13 +60,15 @@ struct Residency {
 
 // A launch of a group kernel (wgmma, FFMA) as the policy planned it:
 // `groups` groups of `group_ctas` CTAs, each CTA computing `tiles_per_cta`
-// result tiles of the row-block its group owns. A counted launch (counters
+// result tiles of the row-block its group owns, of `col_tile` columns (wgmma:
+// 256 or 192; FFMA: always 128, the field unused). A counted launch (counters
 // given) is one cooperative grid whose groups meet on per-row-block counters;
 // otherwise each group is a thread-block cluster.
 struct RowBlockLaunch {
   int tiles_per_cta = 0;
   int group_ctas = 0;
   int groups = 0;
+  int col_tile = static_cast<int>(wgmma::kColTile);
 };
 
 }  // namespace make_inplace::kernels

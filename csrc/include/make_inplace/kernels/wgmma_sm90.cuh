@@ -1,6 +1,6 @@
 #pragma once
 // What the Hopper (sm_90a) square matmul kernels for 16-bit types share: TMA
-// loads and stores, wgmma.m64n256k16 with its shared-memory descriptors, the
+// loads and stores, wgmma.m64n{256,192}k16 with its shared-memory descriptors, the
 // rounding of a warpgroup's accumulators into a 128-byte-swizzled tile, and
 // the tensor maps x and w are reached through. Device code exists only in
 // sm_90a passes; callers guard their use the same way.
@@ -51,17 +51,19 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, u
          static_cast<uint64_t>(stride >> 4) << 32 | uint64_t{1} << 62;
 }
 
-#define MI_WGMMA_ACC_REGS \
+// wgmma's accumulator registers: 96 for n = 192, 128 for n = 256.
+#define MI_WGMMA_ACC_REGS_96 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MI_WGMMA_ACC_REGS_128 MI_WGMMA_ACC_REGS_96 ", " \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
-#define MI_WGMMA_ACC_OPERANDS(d) \
+#define MI_WGMMA_ACC_OPERANDS_96(d) \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -73,51 +75,62 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, u
   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define MI_WGMMA_ACC_OPERANDS_128(d) MI_WGMMA_ACC_OPERANDS_96(d), \
   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// d (+)= A[64 x 16] * B[16 x 256]; A K-major, B K-major (kTransB = 0) or
-// N-major (kTransB = 1); accumulate = 0 overwrites d.
-#define MI_WGMMA_M64N256K16(type)                                                            \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                             \
-  "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " {" MI_WGMMA_ACC_REGS \
-  "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+// d (+)= A[64 x 16] * B[16 x N]; A K-major, B K-major (kTransB = 0) or
+// N-major (kTransB = 1); accumulate = 0 overwrites d. The operands after the
+// accumulators: a, b, accumulate, kTransB.
+#define MI_WGMMA_M64NK16(shape, type, regs, a, b, acc, tr)                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, " acc ", 0;\n"                                           \
+  "wgmma.mma_async.sync.aligned." shape ".f32." type "." type " {" regs "}, " a ", " b ", p, 1, 1, 0, " tr ";\n}\n"
+#define MI_WGMMA_N192(type) MI_WGMMA_M64NK16("m64n192k16", type, MI_WGMMA_ACC_REGS_96, "%96", "%97", "%98", "%99")
+#define MI_WGMMA_N256(type) MI_WGMMA_M64NK16("m64n256k16", type, MI_WGMMA_ACC_REGS_128, "%128", "%129", "%130", "%131")
 
-template <typename Elem, int kTransB>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
-    asm volatile(MI_WGMMA_M64N256K16("bf16")
-                 : MI_WGMMA_ACC_OPERANDS(d)
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+// One wgmma of a warpgroup's 64 x N results, N = 256 (128 accumulators) or
+// 192 (96).
+template <typename Elem, int kTransB, int kAcc>
+__device__ __forceinline__ void wgmma_m64k16(float (&d)[kAcc], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(kAcc == 96 || kAcc == 128, "wgmma tiles of 192 or 256 columns");
+  constexpr bool kBf16 = std::is_same_v<Elem, __nv_bfloat16>;
+  if constexpr (kAcc == 128 && kBf16) {
+    asm volatile(MI_WGMMA_N256("bf16") : MI_WGMMA_ACC_OPERANDS_128(d) : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  } else if constexpr (kAcc == 128) {
+    asm volatile(MI_WGMMA_N256("f16") : MI_WGMMA_ACC_OPERANDS_128(d) : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  } else if constexpr (kBf16) {
+    asm volatile(MI_WGMMA_N192("bf16") : MI_WGMMA_ACC_OPERANDS_96(d) : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
   } else {
-    asm volatile(MI_WGMMA_M64N256K16("f16")
-                 : MI_WGMMA_ACC_OPERANDS(d)
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+    asm volatile(MI_WGMMA_N192("f16") : MI_WGMMA_ACC_OPERANDS_96(d) : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
   }
 }
 
-#undef MI_WGMMA_M64N256K16
-#undef MI_WGMMA_ACC_REGS
-#undef MI_WGMMA_ACC_OPERANDS
+#undef MI_WGMMA_N192
+#undef MI_WGMMA_N256
+#undef MI_WGMMA_M64NK16
+#undef MI_WGMMA_ACC_REGS_96
+#undef MI_WGMMA_ACC_REGS_128
+#undef MI_WGMMA_ACC_OPERANDS_96
+#undef MI_WGMMA_ACC_OPERANDS_128
 
-// One 64-deep k-step of a warpgroup's 64 x 256 results, committed as one
-// wgmma group: the x rows at a_tile (64 x 64, K-major), w at w_tile (a
-// 256 x 64 K-major box, or four 64 x 64 N-major boxes kWBoxBytes apart).
+// One 64-deep k-step of a warpgroup's 64 x N results (N = 2 kAcc), committed
+// as one wgmma group: the x rows at a_tile (64 x 64, K-major), w at w_tile (an
+// N x 64 K-major box, or N / 64 N-major boxes of 64 x 64, kWBoxBytes apart).
 // K-major operands step 16 elements (32 bytes) inside the swizzled row,
 // 8-row groups 1024 bytes apart; the N-major w steps 16 rows of 128 bytes.
 // accumulate = false starts the sums over.
-template <typename Elem, bool kWeightKMajor>
-__device__ __forceinline__ void wgmma_k_step(float (&acc)[128], uint32_t a_tile, uint32_t w_tile, bool accumulate) {
+template <typename Elem, bool kWeightKMajor, int kAcc>
+__device__ __forceinline__ void wgmma_k_step(float (&acc)[kAcc], uint32_t a_tile, uint32_t w_tile, bool accumulate) {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
   for (int kk = 0; kk < kBK / 16; ++kk) {
     const uint64_t a_desc = smem_desc(a_tile + kk * 32, 16, 1024);
     const uint64_t w_desc = kWeightKMajor ? smem_desc(w_tile + kk * 32, 16, 1024)
                                           : smem_desc(w_tile + kk * 2048, kWBoxBytes, 1024);
-    wgmma_m64n256k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, w_desc, accumulate || kk != 0);
+    wgmma_m64k16<Elem, kWeightKMajor ? 0 : 1>(acc, a_desc, w_desc, accumulate || kk != 0);
   }
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -138,16 +151,16 @@ struct StepTiles {
   uint32_t a, w;
 };
 
-// A warpgroup's k_tiles k-steps of one 64 x 256 result (acc zeroed first):
+// A warpgroup's k_tiles k-steps of one 64 x N result (acc zeroed first):
 // waits for each stage to be full, and frees the one before once its wgmmas
 // are done (an arrive per warp on empty). Returns the last stage, its
 // wgmmas complete and still held: the caller frees or keeps it.
 // tiles(stage) gives the stage's StepTiles.
-template <typename Elem, bool kWeightKMajor, int kStages, typename Tiles>
-__device__ __forceinline__ int run_k_steps(float (&acc)[128], StageRing<kStages>& ring, uint64_t* full,
+template <typename Elem, bool kWeightKMajor, int kStages, typename Tiles, int kAcc>
+__device__ __forceinline__ int run_k_steps(float (&acc)[kAcc], StageRing<kStages>& ring, uint64_t* full,
                                            uint64_t* empty, int k_tiles, int lane, Tiles tiles) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
   int previous = 0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     sm90::mbar_wait(&full[ring.stage], ring.phase);
@@ -162,15 +175,15 @@ __device__ __forceinline__ int run_k_steps(float (&acc)[128], StageRing<kStages>
   return previous;
 }
 
-// Rounds a warpgroup's 64 x 256 accumulators (plus the bias in fp32) into
+// Rounds a warpgroup's 64 x N accumulators (plus the bias in fp32) into
 // rows row0 .. row0 + 63 of a parked tile, in the 128-byte-swizzled layout of
-// the four kBoxRows x 64 TMA boxes that store it. wgmma's accumulator layout:
+// the N / 64 kBoxRows x 64 TMA boxes that store it. wgmma's accumulator layout:
 // register 4i + {0, 1} holds row warp*16 + lane/4, columns 8i + 2(lane%4) +
 // {0, 1}; 4i + {2, 3} the same columns 8 rows down. That is stmatrix's 8 x 8
 // fragment layout, so one stmatrix.x4 writes column groups i and i + 1 of the
 // warp's 16 rows (a quarter of the instructions 4-byte stores take).
-template <typename Elem, bool kBias, int kBoxRows>
-__device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile, const Elem* bias, int64_t col0,
+template <typename Elem, bool kBias, int kBoxRows, int kAcc>
+__device__ __forceinline__ void park_tile(const float (&acc)[kAcc], uint8_t* tile, const Elem* bias, int64_t col0,
                                           int n, int row0, int warp, int lane) {
   // Lane l addresses row l % 8 of matrix l / 8: matrices 0 and 1 are the top
   // and bottom 8 rows of group i, 2 and 3 those of group i + 1.
@@ -178,7 +191,7 @@ __device__ __forceinline__ void park_tile(const float (&acc)[128], uint8_t* tile
   const int row = row0 + warp * 16 + (matrix & 1) * 8 + lane % 8;
   const uint32_t row_base = shared_address(tile) + row * 128;
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {
+  for (int i = 0; i < kAcc / 4; i += 2) {
     float b[4] = {0.f, 0.f, 0.f, 0.f};  // columns of groups i and i + 1 this lane holds
     if constexpr (kBias) {
 #pragma unroll
