@@ -1,15 +1,16 @@
 """compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
-kernel with one and two tiles per CTA of 256 and of 192 columns, both weight layouts, partial
-row-blocks, groups of 2-16 CTAs, in both modes (clusters: workspace_bytes=0;
-counters: a 4 MiB bound); then the 64-row kernel (n of 136 to 512, partial
-row-blocks and halves, more row-blocks than CTAs). `rows` as the argument runs
-the 64-row kernel's cases only.
+kernel with one and two tiles per CTA of 256 and of 192 columns, both weight
+layouts, partial row-blocks, groups of 2-16 CTAs, in both modes (clusters:
+workspace_bytes=0; counters: a 4 MiB bound); then the 64-row kernel (n of 136
+to 512, partial row-blocks and halves, more row-blocks than CTAs). `rows` as
+the argument runs the 64-row kernel's cases only.
 
-The kernel and its mode are forced with make_inplace._testing.forced_route
-(docs/routing.md), whatever the policy's tile threshold says. A forced route
-that cannot run a case (no sm_90a build, no schedulable plan for that many
-tiles per CTA, no room for the counters) leaves it to the policy, which at
-these sizes picks another kernel: run this on an H100/H200 with an sm_90a build.
+The kernel, its mode, tiles per CTA and tile width are forced with
+make_inplace._testing.forced_route (docs/routing.md), whatever the policy
+prefers. A forced route that cannot run a case (no sm_90a build, no
+schedulable plan for that many tiles per CTA or that width, no room for the
+counters) leaves it to the policy, which picks another kernel (cuBLAS panels
+where the bound allows): run this on an H100/H200 with an sm_90a build.
 
     compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_wgmma.py
     compute-sanitizer --tool synccheck python lab/sanitize_square_matmul_wgmma.py [rows]

@@ -1,6 +1,7 @@
 """square_matmul_: values, storage, autograd, version counter, errors, memory, streams."""
 
 import itertools
+import math
 import re
 
 import pytest
@@ -462,7 +463,7 @@ def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, col_
     # 192-column tiles run wherever a cluster of them can (at most 16 CTAs): the
     # counted mode too needs a cluster plan to fall back on. Where they cannot,
     # the policy keeps the width and picks another route (any kernel name).
-    narrow = col_tile == 192 and -(-(-(-n // 192)) // (tiles_per_cta or 2)) <= 16
+    narrow = col_tile == 192 and math.ceil(math.ceil(n / 192) / (tiles_per_cta or 2)) <= 16
     kernel = "square_matmul_wgmma" if col_tile is None or narrow else ""
     with forced_route("wgmma", tiles_per_cta=tiles_per_cta, col_tile=col_tile):
         names = _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_bytes)

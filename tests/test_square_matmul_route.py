@@ -60,7 +60,8 @@ def route(rows, n, dtype, device="h100", **kwargs):
 
 # (id, rows, n, dtype, device, call keywords, expected route, expected plan fields)
 CASES = [
-    # ---- the Hopper wgmma kernel: 16-bit, sm_90 built for sm_90a, 128+ tiles of 128 x 256
+    # ---- the Hopper wgmma kernel: 16-bit, sm_90 built for sm_90a, any number of rows; the cheapest plan of
+    # 256- or 192-column tiles, one or two a CTA (rounds x (1 + the k-steps of a CTA's tiles))
     ("wgmma counted by default", 40000, 1024, BF16, "h100", {}, "wgmma_counted",
      dict(tiles_per_cta=1, group_ctas=4, groups=33, counter_bytes=313 * 4)),
     ("wgmma clusters with no workspace: 5 rounds of two tiles (33 k-steps each) against 11 of one (17)", 40000,
@@ -75,8 +76,8 @@ CASES = [
      dict(group_ctas=1, groups=128)),
     ("wgmma below 128 tiles too", 16256, 256, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters", {}),
     ("wgmma on one row-block", 16, 1024, F16, "h100", {}, "wgmma_clusters", dict(groups=1, col_tile=192)),
-    ("one tile per CTA where two save too few rounds: 21 of 33 k-steps against 11 of 65", 40000, 2048, BF16, "h100", dict(workspace_bytes=0), "wgmma_clusters",
-     dict(tiles_per_cta=1, group_ctas=8, groups=15)),
+    ("one tile per CTA where two save too few rounds: 21 of 33 k-steps against 11 of 65", 40000, 2048, BF16,
+     "h100", dict(workspace_bytes=0), "wgmma_clusters", dict(tiles_per_cta=1, group_ctas=8, groups=15)),
     ("192-column tiles where 256 leave a round mostly empty: 1 round of two tiles on 66 clusters of 2 against 2 "
      "of one tile on 43 clusters of 3", 8192, 768, BF16, "h100", {}, "wgmma_clusters",
      dict(tiles_per_cta=2, group_ctas=2, groups=64, col_tile=192)),

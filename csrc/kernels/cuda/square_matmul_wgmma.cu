@@ -31,6 +31,7 @@
 // wgmma.m64n256k16 (fp32 accumulators in registers). Shared memory: a
 // 3-stage ring of 128 x 64 x-tiles and 64 x 256 w-tiles (128-byte swizzle, as
 // TMA writes and wgmma reads them), then the park (four 128 x 64 TMA boxes).
+// 128 x 192 tiles take wgmma.m64n192k16, a 4-stage ring and three boxes.
 // Variants tried and dropped are in docs/square_matmul.md.
 #include "make_inplace/kernels/square_matmul_wgmma.h"
 
@@ -293,7 +294,8 @@ KernelFn kernel_for(int tiles, int col_tile) {
 
 KernelFn kernel_for(ScalarKind kind, bool k_major, int tiles, int col_tile) {
   if (kind == ScalarKind::kBFloat16) {
-    return k_major ? kernel_for<__nv_bfloat16, true>(tiles, col_tile) : kernel_for<__nv_bfloat16, false>(tiles, col_tile);
+    return k_major ? kernel_for<__nv_bfloat16, true>(tiles, col_tile)
+                   : kernel_for<__nv_bfloat16, false>(tiles, col_tile);
   }
   return k_major ? kernel_for<__half, true>(tiles, col_tile) : kernel_for<__half, false>(tiles, col_tile);
 }

@@ -11,9 +11,9 @@ namespace make_inplace::kernels {
 constexpr int kMaxClusterCtas = 16;
 
 // Hopper wgmma kernel: groups of CTAs own 128-row blocks; each CTA computes
-// 128 x 256 result tiles, one parked in shared memory and one in registers,
-// or one 128 x 192 tile (more, smaller groups where 256 columns leave a
-// round of row-blocks mostly empty).
+// one or two result tiles of 128 x 256 (or 128 x 192: more, smaller groups
+// where 256 columns leave a round of row-blocks mostly empty), one parked in
+// shared memory and one in registers.
 namespace wgmma {
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kColTile = 256;

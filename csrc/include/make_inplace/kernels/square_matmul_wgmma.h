@@ -2,8 +2,8 @@
 // The Hopper (sm_90a) in-place square matmul for 16-bit types:
 // x[rows, n] <- x @ w (+ bias), or x @ w^T with transpose, with wgmma tensor
 // cores fed by TMA. Groups of CTAs own 128-row blocks of x; each CTA computes
-// 128 x 256 (or 128 x 192) result tiles of its group's block, and the block is written back
-// only once every CTA of the group has finished reading it. A group is a
+// 128 x 256 (or 128 x 192) result tiles of its group's block, and the block
+// is written back only once every CTA of the group has finished reading it. A group is a
 // thread-block cluster (no device memory at all), or, given one counter per
 // row-block, consecutive CTAs of a cooperative grid (every SM busy, where
 // clusters, which must fit in one GPC, leave some idle).
@@ -26,16 +26,17 @@ bool square_matmul_wgmma_tensor_maps();
 
 // How many CTAs, and clusters of each size, of the variant (element type,
 // weight layout, one or two tiles per CTA, tiles of 256 or 192 columns) fit
-// at once on the current device; zeros when the variant is not built. Sets the variant's kernel attributes on that
-// device, which a launch needs: call it before the first launch per device.
+// at once on the current device; zeros when the variant is not built. Sets
+// the variant's kernel attributes on that device, which a launch needs: call
+// it before the first launch per device.
 Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int tiles_per_cta, int col_tile);
 
 // x, w, bias (may be null) are row-major and contiguous; w is n x n; kind is
 // float16 or bfloat16, n a multiple of 8 up to wgmma::kMaxN, x and w 16-byte
 // aligned, on an sm_90 device. The bias is added in fp32 before rounding.
 // `launch` as the routing policy planned it (groups of group_ctas CTAs, each
-// computing tiles_per_cta tiles of col_tile columns). counters: null for clusters,
-// else row_block_counter_bytes(rows) bytes of device memory, zeroed here on
+// computing tiles_per_cta tiles of col_tile columns). counters: null for
+// clusters, else row_block_counter_bytes(rows) bytes of device memory, zeroed here on
 // `stream`, for one cooperative grid. Launches one kernel and returns its
 // launch error (cudaErrorNotSupported or cudaErrorInvalidValue for a case
 // outside the above, before anything is written).
