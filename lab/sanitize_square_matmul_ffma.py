@@ -1,5 +1,5 @@
 """compute-sanitizer cases for the fp32 FFMA square matmul kernel in both modes
-(counters: a 4 MiB bound; clusters: workspace_bytes=0) with one and two tiles
+(counters: a 4 MiB bound; the grid barrier: workspace_bytes=0) with one and two tiles
 per CTA: both weight layouts, partial row-blocks, partial column tiles and
 k-slices, groups of 1-17 CTAs, a last CTA with one tile of two, more
 row-blocks than groups.
@@ -7,7 +7,7 @@ row-blocks than groups.
 The kernel and its mode are forced with make_inplace._testing.forced_route
 (docs/routing.md), whatever the policy's tile thresholds say; TF32 stays off
 (the FFMA kernel does not run with it allowed). A forced mode that cannot run a
-case (clusters before sm_90, groups that do not fit) leaves it to the policy.
+case (groups that do not fit) leaves it to the policy.
 
     compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_ffma.py
     compute-sanitizer --tool racecheck python lab/sanitize_square_matmul_ffma.py --small
@@ -24,7 +24,7 @@ import make_inplace
 from make_inplace._testing import forced_route
 
 torch.backends.cuda.matmul.allow_tf32 = False
-MODES = {0: "ffma_clusters", 4 << 20: "ffma_counted"}  # workspace bound -> mode
+MODES = {0: "ffma_grid", 4 << 20: "ffma_counted"}  # workspace bound -> mode
 cases = [(300, 1024, False), (257, 2052, True), (130, 100, False), (40000, 36, True), (129, 1412, False),
          (100, 1300, True), (200, 4096, True)]
 if "--small" in sys.argv:

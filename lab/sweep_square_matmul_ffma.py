@@ -1,17 +1,17 @@
 """Sweep of square_matmul_'s fp32 routes on a GPU (TF32 off): the FFMA kernel in
-counted mode (row-block counters, a bound of 2 MiB or more) and in cluster mode
-(no memory), the cuBLAS panel route, and the default choice, each against
+counted mode (row-block counters, a bound of 2 MiB or more) and at the grid
+barrier (no memory), the cuBLAS panel route, the waves kernel, and the default
+choice, each against
 ``torch.matmul(x, w)`` in the same run, with its peak extra memory from a cold
 allocator and its error against float64.
 
 The routes are forced with make_inplace._testing.forced_route (docs/routing.md):
-"ffma_counted" and "ffma_clusters" run the FFMA kernel at any size and width
-(the policy's tile thresholds and its panel preference from n = 4096 are
+"ffma_counted" and "ffma_grid" run the FFMA kernel at any size and width
+(the policy's tile threshold and its panel preference from n = 4096 are
 skipped), with one or two tiles per CTA ("t1", "t2"); "panels" runs cuBLAS on
 row panels whatever they pay. A forced route that cannot run a shape (panels
-under a 2 MiB bound, as the default bound of a small x; clusters of more than
-16 CTAs or before sm_90) leaves it to the policy: the line then says which
-route ran.
+under a 2 MiB bound, as the default bound of a small x) leaves it to the
+policy: the line then says which kernel ran.
 
     python lab/sweep_square_matmul_ffma.py [--shapes 40000x1024,...]
 """
@@ -28,15 +28,16 @@ from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory, relative_e
 from make_inplace._testing import forced_route
 
 SHAPES = [(16384, 512), (40000, 1024), (16384, 2048), (16384, 4096), (65536, 768),
-          (4096, 1024), (8192, 2048), (20000, 776), (4097, 8192)]
+          (4096, 1024), (8192, 2048), (20000, 776), (4097, 8192), (128, 128), (1000, 512), (256, 4096)]
 ROUTES = {  # label: (forced route, workspace_bytes, tiles per CTA)
     "default": (None, None, None),
     "default ws=0": (None, 0, None),
     "counted t1": ("ffma_counted", 64 << 20, 1),
     "counted t2": ("ffma_counted", 64 << 20, 2),
-    "clusters t1": ("ffma_clusters", 0, 1),
-    "clusters t2": ("ffma_clusters", 0, 2),
+    "grid t1": ("ffma_grid", 0, 1),
+    "grid t2": ("ffma_grid", 0, 2),
     "panels": ("panels", None, None),
+    "waves": ("waves", 0, None),
 }
 
 

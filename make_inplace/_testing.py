@@ -30,7 +30,7 @@ FORCED_ROUTES = (
     "wgmma_rows",
     "ffma",
     "ffma_counted",
-    "ffma_clusters",
+    "ffma_grid",
     "panels",
     "waves",
 )
@@ -82,8 +82,7 @@ class DeviceFacts(NamedTuple):
     tensor_maps: bool = True  # the driver can encode TMA tensor maps
     wgmma_ctas: int = 0  # wgmma CTAs resident at once in a cooperative grid (also the 64-row kernel's)
     wgmma_clusters: Sequence[int] = ()  # [c]: wgmma clusters of c CTAs resident at once
-    ffma_ctas: int = 0
-    ffma_clusters: Sequence[int] = ()
+    ffma_ctas: int = 0  # FFMA CTAs resident at once in a cooperative grid
     waves_max_width: int = 0  # widest n the waves kernel takes for the call's dtype
 
 
@@ -151,7 +150,6 @@ def square_matmul_route(
         wgmma_ctas=facts.wgmma_ctas,
         wgmma_clusters=list(facts.wgmma_clusters),
         ffma_ctas=facts.ffma_ctas,
-        ffma_clusters=list(facts.ffma_clusters),
         waves_max_width=facts.waves_max_width,
         forced=forced or "",
         tiles_per_cta=tiles_per_cta or 0,

@@ -420,7 +420,7 @@ def build_cases() -> list[Case]:
         _square_matmul_case("square_matmul-wgmma-rows", 1000, 504, F16, route="wgmma_rows", workspace=0),
         _square_matmul_case("square_matmul-wgmma-rows-default", 16384, 512, BF16, transpose=True),
         _square_matmul_case("square_matmul-ffma-counted", 4096, 1024, F32, route="ffma_counted", workspace=4 << 20),
-        _square_matmul_case("square_matmul-ffma-clusters", 1000, 512, F32, route="ffma_clusters", workspace=0,
+        _square_matmul_case("square_matmul-ffma-grid", 1000, 512, F32, route="ffma_grid", workspace=0,
                             transpose=True),
         _square_matmul_case("square_matmul-panels", 3000, 640, F16, route="panels", workspace=4 << 20, transpose=True),
         _square_matmul_case("square_matmul-panels-one-buffer", 3000, 640, F32, route="panels", workspace=64 << 20),
@@ -722,8 +722,8 @@ def test_more_than_2_31_elements_layer_norm_backward():
 
 @pytest.mark.parametrize("dtype,route,workspace", [
     (BF16, None, None), (BF16, None, 0), (BF16, "waves", 0), (BF16, "panels", 64 << 20), (F32, None, None),
-    (F32, "ffma_clusters", 0)], ids=["bf16-default", "bf16-no-workspace", "bf16-waves", "bf16-panels",
-                                     "fp32-default", "fp32-ffma-clusters"])
+    (F32, "ffma_grid", 0)], ids=["bf16-default", "bf16-no-workspace", "bf16-waves", "bf16-panels",
+                                 "fp32-default", "fp32-ffma-grid"])
 def test_more_than_2_31_elements_square_matmul(dtype, route, workspace):
     rows, n = BIG // 1024 + 1, 1024
     w = (torch.randn(n, n, device=DEVICE) / n**0.5).to(dtype)

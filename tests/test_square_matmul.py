@@ -564,15 +564,13 @@ FFMA_WORKSPACE = 4 << 20  # room for the row-block counters (the kernel needs a 
 )
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("tiles_per_cta", [None, 2], ids=["auto", "2"])
-@pytest.mark.parametrize("workspace_bytes", [0, FFMA_WORKSPACE], ids=["clusters", "counters"])
+@pytest.mark.parametrize("workspace_bytes", [0, FFMA_WORKSPACE], ids=["grid-barrier", "counters"])
 def test_cuda_ffma_kernel_values(rows, n, transpose, tiles_per_cta, workspace_bytes):
     """Every fp32 shape the FFMA kernel takes goes to it (forced_route("ffma")), with the
     policy's choice of tiles per CTA and with two forced (the first parked in shared
     memory until the row-block is free), in both modes: row-block counters (a 4 MiB
-    bound) and, on sm_90 up to 16 CTAs a group (n <= 4096), clusters (no memory); a
-    sentinel row after x must stay unwritten."""
-    if workspace_bytes == 0 and not (HOPPER and n <= 4096):
-        pytest.skip("cluster mode needs sm_90 and n <= 4096")
+    bound) and the grid barrier once a round (no memory); a sentinel row after x must
+    stay unwritten."""
     assert not torch.backends.cuda.matmul.allow_tf32
     kernel = f"square_matmul_ffma_kernel<{str(transpose).lower()}, 2>" if tiles_per_cta == 2 else "square_matmul_ffma"
     with forced_route("ffma", tiles_per_cta=tiles_per_cta):
@@ -586,9 +584,9 @@ def test_cuda_ffma_kernel_values(rows, n, transpose, tiles_per_cta, workspace_by
 @pytest.mark.fresh_process
 def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes):
     """The fp32 benchmark shapes take the FFMA kernel: below n = 4096 the default mode
-    allocates only its row-block counters (within the bound); workspace_bytes=0 runs
-    clusters on sm_90 (two tiles per CTA at n = 4096) and allocates nothing. (With a
-    workspace n = 4096 keeps the panels: see test_cuda_ffma_kernel_declines.)"""
+    allocates only its row-block counters (within the bound); workspace_bytes=0 meets at
+    the grid barrier and allocates nothing. (With a workspace n = 4096 keeps the panels:
+    see test_cuda_ffma_kernel_declines.)"""
     x, ours, _ = _memory_case(rows, n, torch.float32, workspace_bytes)
     if workspace_bytes == 0:
         assert ours.allocated == 0 and ours.reserved == 0, ours
@@ -597,7 +595,7 @@ def test_cuda_ffma_kernel_runs_at_the_benchmark_shapes(rows, n, workspace_bytes)
         assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
     w = torch.randn(n, n, device="cuda") / n**0.5
     names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace_bytes))
-    assert ("square_matmul_ffma" in names) == (workspace_bytes is None or HOPPER), names
+    assert "square_matmul_ffma" in names, names
 
 
 @requires_cuda
@@ -608,8 +606,8 @@ def test_cuda_ffma_kernel_declines(case):
     """Cases the FFMA kernel does not take go elsewhere, still correct: 16-byte loads need
     aligned x, w, bias and n % 4 == 0; with TF32 allowed, cuBLAS's TF32 is faster (these
     four decline even with the route forced); from n = 4096 a contiguous panel buffer
-    (bound >= 10 MiB) keeps cuBLAS's panels (the policy's choice: its 512 tiles would
-    otherwise take the FFMA kernel)."""
+    (bound >= 10 MiB) keeps cuBLAS's panels (the policy's choice: its 16 row-blocks
+    would otherwise take the FFMA kernel)."""
     rows, n = 2048, 1026 if case == "n not a multiple of 4" else 1024
     if case == "contiguous panels at n = 4096":
         rows, n = 2048, 4096

@@ -30,10 +30,6 @@ def waves_width(dtype):
 H100_GPCS = [16, 16, 18, 18, 18, 18, 18, 10]
 
 
-# The FFMA kernel's clusters per size on an H100 SXM, as its occupancy query
-# reported them (both layouts, one or two tiles per CTA).
-H100_FFMA_CLUSTERS = [0, 264, 132, 79, 62, 47, 39, 32, 30, 23, 21, 16, 16, 14, 14, 14, 14]
-
 
 def h100(dtype, **changes):
     facts = DeviceFacts(
@@ -41,7 +37,6 @@ def h100(dtype, **changes):
         wgmma_ctas=132,
         wgmma_clusters=clusters(H100_GPCS, 1),
         ffma_ctas=264,
-        ffma_clusters=H100_FFMA_CLUSTERS,
         waves_max_width=waves_width(dtype),
     )
     return facts._replace(**changes)
@@ -137,30 +132,28 @@ CASES = [
     ("no schedulable cluster: no wgmma", 40000, 1024, BF16, "h100", dict(facts=dict(wgmma_clusters=[0] * 17)),
      "panels_small_blocks", {}),
     ("fp32 and fp64 never take wgmma", 40000, 1024, F64, "h100", {}, "panels_one_buffer", {}),
-    # ---- the fp32 FFMA kernel: no TF32, counted from 256 tiles, clusters from 512
+    # ---- the fp32 FFMA kernel: no TF32, from one whole row-block; counted, or the grid barrier without memory
     ("ffma counted by default: two tiles where they take no more rounds", 40000, 1024, F32, "h100", {},
      "ffma_counted", dict(tiles_per_cta=2, group_ctas=4, groups=66, counter_bytes=313 * 4)),
-    ("ffma clusters with no workspace: one tile where two take more rounds", 40000, 1024, F32, "h100",
-     dict(workspace_bytes=0), "ffma_clusters", dict(tiles_per_cta=1, group_ctas=8, groups=30)),
-    ("ffma clusters at n = 512: two tiles, 2 rounds against 3", 16384, 512, F32, "h100", dict(workspace_bytes=0),
-     "ffma_clusters", dict(tiles_per_cta=2, group_ctas=2, groups=128)),
+    ("ffma at the grid barrier with no workspace: the same groups, no counters", 40000, 1024, F32, "h100",
+     dict(workspace_bytes=0), "ffma_grid", dict(tiles_per_cta=2, group_ctas=4, groups=66, counter_bytes=0)),
+    ("ffma at n = 512: two tiles, 1 round against 2", 16384, 512, F32, "h100", dict(workspace_bytes=0),
+     "ffma_grid", dict(tiles_per_cta=2, group_ctas=2, groups=128)),
     ("ffma: TF32 allowed goes to cuBLAS", 40000, 1024, F32, "h100", dict(allow_tf32=True), "panels_small_blocks",
      dict(panel_blocks=8, panel_rows_per_block=255)),
-    ("ffma counted at 256 tiles: one tile, one round", 4096, 1024, F32, "h100", dict(workspace_bytes=4 * MiB),
+    ("ffma counted: one tile where two take as many rounds", 4096, 1024, F32, "h100", dict(workspace_bytes=4 * MiB),
      "ffma_counted", dict(tiles_per_cta=1, group_ctas=8, groups=32)),
-    ("ffma counted below 256 tiles: waves", 3968, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
-    ("ffma clusters at 512 tiles", 8192, 1024, F32, "h100", dict(workspace_bytes=0), "ffma_clusters", {}),
-    ("ffma clusters below 512 tiles: waves", 8064, 1024, F32, "h100", dict(workspace_bytes=0), "waves", {}),
-    ("ffma clusters at n = 2048: two tiles, 22 rounds against 23", 40000, 2048, F32, "h100",
-     dict(workspace_bytes=0), "ffma_clusters", dict(tiles_per_cta=2, group_ctas=8, groups=30)),
-    ("ffma clusters above n = 2048: two tiles only", 40000, 2052, F32, "h100", dict(workspace_bytes=0),
-     "ffma_clusters", dict(tiles_per_cta=2, group_ctas=9, groups=23)),
-    ("ffma clusters up to n = 4096", 16384, 4096, F32, "h100", dict(workspace_bytes=0), "ffma_clusters",
-     dict(tiles_per_cta=2, group_ctas=16, groups=14)),
-    ("ffma clusters above n = 4096: waves", 40000, 4100, F32, "h100", dict(workspace_bytes=0), "waves", {}),
-    ("ffma clusters: one tile's cluster size unschedulable", 40000, 1024, F32, "h100",
-     dict(workspace_bytes=0, facts=dict(ffma_clusters=H100_FFMA_CLUSTERS[:8] + [0] * 9)), "ffma_clusters",
-     dict(tiles_per_cta=2, group_ctas=4, groups=62)),
+    ("ffma counted from one whole row-block", 128, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "ffma_counted",
+     dict(tiles_per_cta=1, group_ctas=8, groups=1)),
+    ("ffma at the grid barrier from one whole row-block", 128, 1024, F32, "h100", dict(workspace_bytes=0),
+     "ffma_grid", dict(tiles_per_cta=1, group_ctas=8, groups=1)),
+    ("ffma below one row-block: waves", 127, 1024, F32, "h100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma at n = 2048: two tiles, 10 rounds against 20", 40000, 2048, F32, "h100", dict(workspace_bytes=0),
+     "ffma_grid", dict(tiles_per_cta=2, group_ctas=8, groups=33)),
+    ("ffma at n = 4096 without a workspace", 16384, 4096, F32, "h100", dict(workspace_bytes=0), "ffma_grid",
+     dict(tiles_per_cta=2, group_ctas=16, groups=16)),
+    ("ffma past n = 4096: one tile where two take more rounds", 40000, 4100, F32, "h100", dict(workspace_bytes=0),
+     "ffma_grid", dict(tiles_per_cta=1, group_ctas=33, groups=8)),
     ("ffma: fp32 from n = 4096 keeps contiguous panels", 40000, 4096, F32, "h100", {}, "panels_one_buffer",
      dict(panel_blocks=1, panel_block_bytes=38 * MiB, panel_rows_per_block=38 * MiB // 16384)),
     ("ffma: below n = 4096 the FFMA kernel", 40000, 4092, F32, "h100", {}, "ffma_counted", {}),
@@ -168,12 +161,14 @@ CASES = [
     ("ffma: n not a multiple of 4", 40000, 1026, F32, "h100", {}, "panels_small_blocks", {}),
     ("ffma: misaligned bias", 40000, 1024, F32, "h100", dict(bias_aligned=False), "panels_small_blocks", {}),
     ("ffma on sm_80: counted", 40000, 1024, F32, "a100", {}, "ffma_counted", dict(tiles_per_cta=2, groups=54)),
-    ("ffma on sm_80: no clusters", 40000, 1024, F32, "a100", dict(workspace_bytes=0), "waves", {}),
+    ("ffma on sm_80: the grid barrier", 40000, 1024, F32, "a100", dict(workspace_bytes=0), "ffma_grid",
+     dict(tiles_per_cta=2, groups=54)),
     ("ffma counted: groups must fit at once", 40000, 40000, F32, "h100", dict(workspace_bytes=4 * MiB), "waves", {}),
     # ---- cuBLAS panels against the waves kernel, by bound
     ("bound 0: waves", 40000, 1024, BF16, "a100", dict(workspace_bytes=0), "waves", {}),
-    ("bound under 2 MiB: waves", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB - 1), "waves", {}),
-    ("bound of 2 MiB: two 1 MiB blocks", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB),
+    ("bound under 2 MiB: waves", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB - 1, allow_tf32=True), "waves",
+     {}),
+    ("bound of 2 MiB: two 1 MiB blocks", 400, 1024, F32, "a100", dict(workspace_bytes=2 * MiB, allow_tf32=True),
      "panels_small_blocks", dict(panel_blocks=2, panel_rows_per_block=255, panel_block_bytes=MiB)),
     ("bound just under 10 MiB: eight 1 MiB blocks", 40000, 1024, F32, "a100",
      dict(workspace_bytes=10 * MiB - 1, allow_tf32=True), "panels_small_blocks", dict(panel_blocks=8)),
@@ -183,8 +178,8 @@ CASES = [
      dict(workspace_bytes=11 * MiB, allow_tf32=True), "panels_one_buffer", dict(panel_block_bytes=10 * MiB)),
     ("one buffer never holds more rows than x", 1000, 1024, F32, "a100",
      dict(workspace_bytes=64 * MiB, allow_tf32=True), "panels_one_buffer", dict(panel_rows_per_block=1000)),
-    ("small panels that do not fill the GPU: waves", 3968, 1024, F32, "h100", dict(workspace_bytes=4 * MiB), "waves",
-     {}),
+    ("small panels that do not fill the GPU: waves", 3968, 1024, F32, "h100",
+     dict(workspace_bytes=4 * MiB, allow_tf32=True), "waves", {}),
     ("small panels that hold all of x", 500, 1024, F32, "a100", dict(workspace_bytes=4 * MiB, allow_tf32=True),
      "panels_small_blocks", dict(panel_blocks=2)),
     ("16-bit blocks of 63 rows keep enough tiles busy", 4097, 8192, BF16, "a100", {}, "panels_small_blocks",
@@ -277,20 +272,22 @@ FORCED = [
     ("wgmma_rows past 512: the policy decides", 40000, 1024, BF16, "h100", {}, dict(forced="wgmma_rows"),
      "wgmma_counted", {}),
     ("wgmma_rows in fp32: the policy decides", 4096, 512, F32, "h100", dict(workspace_bytes=0),
-     dict(forced="wgmma_rows"), "waves", {}),
+     dict(forced="wgmma_rows"), "ffma_grid", {}),
     ("ffma at any size", 1, 4, F32, "h100", dict(workspace_bytes=4 * MiB), dict(forced="ffma"), "ffma_counted",
      dict(group_ctas=1, groups=1)),
     ("ffma over contiguous panels", 40000, 4096, F32, "h100", {}, dict(forced="ffma"), "ffma_counted", {}),
-    ("ffma clusters forced over counters", 40000, 1024, F32, "h100", {}, dict(forced="ffma_clusters"),
-     "ffma_clusters", {}),
+    ("ffma grid barrier forced over counters", 40000, 1024, F32, "h100", {}, dict(forced="ffma_grid"), "ffma_grid",
+     dict(counter_bytes=0)),
     ("ffma two tiles per CTA, counted", 40000, 1000, F32, "h100", dict(workspace_bytes=4 * MiB),
      dict(forced="ffma", tiles_per_cta=2), "ffma_counted", dict(tiles_per_cta=2, group_ctas=4, groups=66)),
-    ("ffma two tiles per CTA, clusters", 40000, 1412, F32, "h100", dict(workspace_bytes=0),
-     dict(forced="ffma_clusters", tiles_per_cta=2), "ffma_clusters", dict(tiles_per_cta=2, group_ctas=6)),
-    ("ffma one tile per CTA cannot reach n = 4096 in clusters", 4096, 4096, F32, "h100", dict(workspace_bytes=0),
-     dict(forced="ffma_clusters", tiles_per_cta=1), "waves", {}),
+    ("ffma two tiles per CTA, grid barrier", 40000, 1412, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_grid", tiles_per_cta=2), "ffma_grid", dict(tiles_per_cta=2, group_ctas=6, groups=44)),
+    ("ffma two tiles where one tile's group does not fit", 40000, 40000, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_grid", tiles_per_cta=2), "ffma_grid", dict(tiles_per_cta=2, group_ctas=157, groups=1)),
+    ("ffma where no group fits: the policy decides", 1000, 70000, F32, "h100", dict(workspace_bytes=0),
+     dict(forced="ffma_grid"), "waves", {}),
     ("ffma counted without a bound: the policy decides", 40000, 1024, F32, "h100", dict(workspace_bytes=0),
-     dict(forced="ffma_counted"), "ffma_clusters", {}),
+     dict(forced="ffma_counted"), "ffma_grid", {}),
     ("ffma with TF32 allowed: the policy decides", 4096, 1024, F32, "h100",
      dict(allow_tf32=True, workspace_bytes=4 * MiB), dict(forced="ffma"), "waves", {}),
     ("ffma misaligned: the policy decides", 4096, 1024, F32, "h100", dict(x_aligned=False, workspace_bytes=0),
@@ -344,7 +341,7 @@ def test_every_plan_keeps_reserved_memory_within_the_bound(dtype, device):
                 assert 1 <= plan.panel_rows_per_block <= rows and plan.panel_rows_per_block * n * dtype.itemsize <= (
                     plan.panel_block_bytes
                 )
-            if plan.route in ("wgmma_clusters", "wgmma_rows", "ffma_clusters", "waves"):
+            if plan.route in ("wgmma_clusters", "wgmma_rows", "ffma_grid", "waves"):
                 assert plan.workspace_bytes == 0
 
 

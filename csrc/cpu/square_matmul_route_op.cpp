@@ -54,7 +54,7 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               bool transpose, std::optional<int64_t> workspace_bytes, bool x_aligned,
                               bool weight_aligned, bool bias_aligned, bool allow_tf32, int64_t capability_major,
                               int64_t capability_minor, bool sm90a, bool tensor_maps, int64_t wgmma_ctas,
-                              c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas, c10::IntArrayRef ffma_clusters,
+                              c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
                               int64_t col_tile, bool panels_batched, std::optional<int64_t> cpu_l2_bytes,
                               std::optional<bool> cpu_bf16_dot) {
@@ -87,7 +87,8 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     d.wgmma[0] = d.wgmma[1] = residency(wgmma_ctas, wgmma_clusters, "wgmma");
     d.wgmma_narrow[0] = d.wgmma_narrow[1] = d.wgmma[0];
     d.wgmma_rows_ctas = d.wgmma[0].ctas;
-    d.ffma[0] = d.ffma[1] = residency(ffma_ctas, ffma_clusters, "ffma");
+    TORCH_CHECK(ffma_ctas >= 0, "ffma_ctas must be >= 0, got ", ffma_ctas);
+    d.ffma_ctas[0] = d.ffma_ctas[1] = static_cast<int>(ffma_ctas);
     d.waves_max_width = waves_max_width;
   } else {
     // None: this machine's, as square_matmul_ itself uses.

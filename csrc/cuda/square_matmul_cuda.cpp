@@ -61,7 +61,7 @@ square_matmul::Device device_facts(int device, ScalarKind kind, bool transpose) 
   }
   if (kind == ScalarKind::kFloat32) {
     for (int tiles = 1; tiles <= kernels::ffma::kMaxTilesPerCta; ++tiles) {
-      d.ffma[tiles - 1] = kernels::square_matmul_ffma_residency(transpose, tiles);
+      d.ffma_ctas[tiles - 1] = kernels::square_matmul_ffma_resident_ctas(transpose, tiles);
     }
   }
   d.waves_max_width = kernels::square_matmul_waves_max_width(kind);
@@ -98,7 +98,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
                    "square_matmul_");
       return;
     case Route::kFfmaCounted:
-    case Route::kFfmaClusters:
+    case Route::kFfmaGrid:
       check_launch(kernels::square_matmul_ffma(x.data_ptr<float>(), w.matrix.const_data_ptr<float>(),
                                                static_cast<const float*>(bias_ptr), call.rows, call.n, w.transpose,
                                                plan.groups, counter_ptr, stream),

@@ -22,7 +22,7 @@ enum class Route {
   kWgmmaClusters,      // Hopper wgmma, thread-block clusters, no memory at all
   kWgmmaRows,          // Hopper wgmma, a CTA per 64-row block of up to 512 columns, no memory at all
   kFfmaCounted,        // fp32 FFMA, a cooperative grid meeting on row-block counters
-  kFfmaClusters,       // fp32 FFMA, thread-block clusters (sm_90), no memory at all
+  kFfmaGrid,           // fp32 FFMA, a cooperative grid meeting at its barrier once a round, no memory at all
   kPanelsSmallBlocks,  // cuBLAS on row panels, workspace in 1 MiB blocks (bounds of 2-10 MiB)
   kPanelsOneBuffer,    // cuBLAS on row panels, workspace in one buffer (bounds of 10 MiB and more)
   kWaves,              // zero-workspace cooperative kernel in waves of row-blocks (any dtype, sm_80+)
@@ -55,7 +55,7 @@ struct Device {
   kernels::Residency wgmma[kernels::wgmma::kMaxTilesPerCta];  // [tiles per CTA - 1], 256-column tiles
   kernels::Residency wgmma_narrow[kernels::wgmma::kMaxTilesPerCta];  // the same, 192-column tiles
   int wgmma_rows_ctas = 0;    // CTAs of the 64-row wgmma kernel that fit at once
-  kernels::Residency ffma[kernels::ffma::kMaxTilesPerCta];    // [tiles per CTA - 1]
+  int ffma_ctas[kernels::ffma::kMaxTilesPerCta] = {};  // [tiles per CTA - 1]: FFMA CTAs that fit at once
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
   int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
   bool cpu_bf16_dot = true;     // CPU: bfloat16 dot products in hardware (torch's bf16 GEMM fast)
@@ -72,7 +72,7 @@ enum class Forced {
   kWgmmaRows,
   kFfma,           // either mode, by the bound
   kFfmaCounted,
-  kFfmaClusters,
+  kFfmaGrid,
   kPanels,
   kWaves,
 };

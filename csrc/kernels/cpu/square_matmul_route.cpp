@@ -27,7 +27,7 @@ constexpr Named kForcedNames[] = {
     {Forced::kWgmmaRows, "wgmma_rows"},
     {Forced::kFfma, "ffma"},
     {Forced::kFfmaCounted, "ffma_counted"},
-    {Forced::kFfmaClusters, "ffma_clusters"},
+    {Forced::kFfmaGrid, "ffma_grid"},
     {Forced::kPanels, "panels"},
     {Forced::kWaves, "waves"},
 };
@@ -172,15 +172,14 @@ bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, 
   return true;
 }
 
-// The FFMA kernel, counted or in clusters. It takes fp32 without TF32 (with
-// TF32 allowed cuBLAS's TF32 is faster), n a multiple of 4 and 16-byte
-// aligned x, W and bias (16-byte loads), and groups of ceil(n / (128 t)) CTAs
-// that fit at once: in the cooperative grid, or in one cluster (sm_90, at
-// most 16 CTAs). A CTA computes t = 2 tiles where its rounds of row-blocks,
-// at kFfmaTwoTileRoundCost one-tile rounds each, come to no more than those of
-// t = 1 (groups half as large fit twice as often, or better in the GPCs);
-// clusters also where t = 1 does not fit (n > 2048: the alternative is the
-// waves kernel). `only` (1 or 2, from an override) allows that choice alone.
+// The FFMA kernel, counted (row-block counters) or at the grid barrier (no
+// memory). It takes fp32 without TF32 (with TF32 allowed cuBLAS's TF32 is
+// faster), n a multiple of 4 and 16-byte aligned x, W and bias (16-byte
+// loads), and groups of ceil(n / (128 t)) CTAs that fit in the cooperative
+// grid. A CTA computes t = 2 tiles where its rounds of row-blocks, at
+// kFfmaTwoTileRoundCost one-tile rounds each, come to no more than those of
+// t = 1 (groups half as large fit twice as often). `only` (1 or 2, from an
+// override) allows that choice alone.
 bool plan_ffma(const Call& c, const Device& d, bool counted, int only, Plan* out) {
   if (!d.cuda || c.kind != ScalarKind::kFloat32 || c.allow_tf32) return false;
   if (c.n < 4 || c.n % 4 != 0 || c.rows > kernels::kMaxGroupRows) return false;
@@ -189,26 +188,19 @@ bool plan_ffma(const Call& c, const Device& d, bool counted, int only, Plan* out
   const int64_t row_blocks = ceil_div(c.rows, kernels::ffma::kRowBlock);
   int64_t groups[kernels::ffma::kMaxTilesPerCta] = {};  // groups at once per tiles-per-CTA, 0: none fit
   for (int tiles = 1; tiles <= kernels::ffma::kMaxTilesPerCta; ++tiles) {
-    if (only != 0 && only != tiles) continue;
-    const int64_t group = ceil_div(col_tiles, tiles);
-    const kernels::Residency& r = d.ffma[tiles - 1];
-    if (counted) {
-      groups[tiles - 1] = r.ctas / group;
-    } else if (group <= kernels::kMaxClusterCtas && d.major >= 9) {
-      groups[tiles - 1] = r.clusters[group];
-    }
+    if (only == 0 || only == tiles) groups[tiles - 1] = d.ffma_ctas[tiles - 1] / ceil_div(col_tiles, tiles);
   }
   int tiles = 0;
   if (groups[0] > 0 && groups[1] > 0) {
     const double one = static_cast<double>(ceil_div(row_blocks, groups[0]));
     const double two = kFfmaTwoTileRoundCost * static_cast<double>(ceil_div(row_blocks, groups[1]));
     tiles = two <= one ? 2 : 1;
-  } else if (groups[0] > 0 || (groups[1] > 0 && (!counted || only == 2))) {
+  } else if (groups[0] > 0 || (groups[1] > 0 && only == 2)) {
     tiles = groups[0] > 0 ? 1 : 2;
   } else {
     return false;
   }
-  out->route = counted ? Route::kFfmaCounted : Route::kFfmaClusters;
+  out->route = counted ? Route::kFfmaCounted : Route::kFfmaGrid;
   out->groups = {tiles, static_cast<int>(ceil_div(col_tiles, tiles)),
                  static_cast<int>(std::min(groups[tiles - 1], row_blocks))};
   out->counter_bytes = counted ? kernels::row_block_counter_bytes(c.rows) : 0;
@@ -248,7 +240,7 @@ const char* route_name(Route route) {
     case Route::kWgmmaClusters: return "wgmma_clusters";
     case Route::kWgmmaRows: return "wgmma_rows";
     case Route::kFfmaCounted: return "ffma_counted";
-    case Route::kFfmaClusters: return "ffma_clusters";
+    case Route::kFfmaGrid: return "ffma_grid";
     case Route::kPanelsSmallBlocks: return "panels_small_blocks";
     case Route::kPanelsOneBuffer: return "panels_one_buffer";
     case Route::kWaves: return "waves";
@@ -277,7 +269,7 @@ const char* forced_name(Forced forced) {
 
 const char* forced_names() {
   return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'wgmma_rows', 'ffma', 'ffma_counted', "
-         "'ffma_clusters', 'panels', 'waves'";
+         "'ffma_grid', 'panels', 'waves'";
 }
 
 Plan plan(const Call& c, const Device& d, const Override& o) {
@@ -309,7 +301,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
       break;
     case Forced::kFfma:
     case Forced::kFfmaCounted:
-    case Forced::kFfmaClusters: {
+    case Forced::kFfmaGrid: {
       const bool counted = o.route == Forced::kFfma ? counters : o.route == Forced::kFfmaCounted;
       if ((counters || !counted) && plan_ffma(c, d, counted, o.tiles_per_cta, &p)) return p;
       break;
@@ -336,15 +328,12 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   }
 
   // fp32 without TF32: cuBLAS's SGEMM would run only on one-wave panels; the
-  // FFMA kernel runs the whole product in place. From n = 4096 a contiguous
-  // panel buffer keeps cuBLAS ahead (the copy then weighs 1/n of the GEMM).
-  const int64_t ffma_tiles = ceil_div(c.rows, kernels::ffma::kRowBlock) * ceil_div(c.n, kernels::ffma::kColTile);
+  // FFMA kernel runs the whole product in place, from one whole row-block up.
+  // From n = 4096 a contiguous panel buffer keeps cuBLAS ahead (the copy then
+  // weighs 1/n of the GEMM).
   const bool panels_ahead = c.n >= kFfmaPanelsFromN && !panels.small_blocks &&
                             panels_pay(panels, c.rows, c.n, kernels::element_size(ScalarKind::kFloat32));
-  if (ffma_tiles >= (counters ? kFfmaCountedMinTiles : kFfmaClusterMinTiles) && !panels_ahead &&
-      plan_ffma(c, d, counters, o.tiles_per_cta, &p)) {
-    return p;
-  }
+  if (c.rows >= kFfmaMinRows && !panels_ahead && plan_ffma(c, d, counters, o.tiles_per_cta, &p)) return p;
 
   // Panels when they fill the GPU, or when the waves kernel cannot take n.
   if (panels.rows_per_block >= 1 && (panels_pay(panels, c.rows, c.n, element_size) || !waves_run)) {

@@ -1,6 +1,6 @@
 // The float32 square matmul on CUDA cores: x[rows, n] <- x @ w (+ bias), or
 // x @ w^T with transpose, written over x with one counter per 128-row block
-// as the only extra memory (or none, in clusters).
+// as the only extra memory (or none, at the grid's barrier).
 //
 // Why: cuBLAS's SGEMM cannot write over its input, so the panel route runs it
 // on panels that fit the workspace bound, each one wave of the GPU, and copies
@@ -11,11 +11,10 @@
 // shared memory. Reading the block is finished when every CTA of the group
 // has added 1 to the block's counter; only then does a CTA write its tiles
 // over x. Groups own disjoint blocks, so there is nothing else to order.
-// Without the counters (no memory at all, sm_90, up to 16 CTAs a group: n <=
-// 2048 with one tile, 4096 with two) a group is a thread-block cluster and a
-// cluster barrier replaces them; clusters must fit in a GPC, so fewer CTAs
-// run at once. The routing policy (square_matmul_route.h) picks the mode, the
-// tiles per CTA and the grid.
+// Without memory for the counters the groups meet at the cooperative
+// launch's own grid-wide barrier, once per round of row-blocks: every group
+// then waits for the slowest of its round. The routing policy
+// (square_matmul_route.h) picks the mode, the tiles per CTA and the grid.
 //
 // The main loop is a classic SIMT SGEMM: k-slices of 8 staged through
 // registers into double-buffered shared memory (x's slice transposed so that
@@ -24,10 +23,11 @@
 // so a warp's 16-byte shared loads are broadcasts or conflict-free).
 #include "make_inplace/kernels/square_matmul_ffma.h"
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "make_inplace/kernels/row_block_groups.cuh"
-#include "make_inplace/kernels/sm90_sync.cuh"
 
 namespace make_inplace::kernels {
 namespace {
@@ -46,19 +46,6 @@ constexpr int kPad = kBM + 4;
 // two CTAs of two tiles still fit an SM).
 constexpr int kAccQuads = 32;
 constexpr int park_bytes(int tiles) { return (tiles - 1) * kAccQuads * kThreads * 16; }
-
-// Cluster mode: the group is a thread-block cluster, and all its CTAs work
-// the same row-blocks in step, so one cluster-wide barrier per block says
-// that every CTA is done reading it (each thread arrives after its own loads
-// have landed). Only sm_90 has clusters; the host never picks this mode
-// elsewhere.
-__device__ __forceinline__ void cluster_barrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  sm90::cluster_sync();
-#else
-  __trap();
-#endif
-}
 
 // A 16-byte global load, zero where !ok. (volatile: the compiler may neither
 // drop nor merge it; the unconditional call in the main loop is what keeps it
@@ -232,29 +219,39 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
   };
 
-  for (int rb = blockIdx.x / group; rb < row_blocks; rb += groups) {
+  // At the grid barrier every CTA takes part in every round, its group's
+  // row-block or not (the last round may leave groups without one).
+  const bool counted = counters != nullptr;
+  const int rounds = (row_blocks + groups - 1) / groups;
+  const int end = counted ? row_blocks : rounds * groups;
+  for (int rb = blockIdx.x / group; rb < end; rb += groups) {
     const int row0 = rb * kBM;
-    if constexpr (kTiles == 1) {
-      product(row0, first_tile * kBN);
-    } else {
-      for (int t = 0; t < my_tiles; ++t) {
-        product(row0, (first_tile + t) * kBN);
-        if (t + 1 < my_tiles) park_acc(t);
+    const bool owned = rb < row_blocks;
+    if (owned) {
+      if constexpr (kTiles == 1) {
+        product(row0, first_tile * kBN);
+      } else {
+        for (int t = 0; t < my_tiles; ++t) {
+          product(row0, (first_tile + t) * kBN);
+          if (t + 1 < my_tiles) park_acc(t);
+        }
       }
     }
 
     // Every load of this block by this CTA has landed in shared memory
     // before the barrier that ends product(): tell the group, then wait for
-    // all of it.
-    if (counters != nullptr) {
+    // all of it. (The next round's blocks are other rows: one barrier a
+    // round orders every read of a block before any write over it.)
+    if (counted) {
       if (tid == 0) {
         row_block_groups::count_done(counters + rb);
         row_block_groups::wait_count(counters + rb, group);
       }
       __syncthreads();
     } else {
-      cluster_barrier();
+      cooperative_groups::this_grid().sync();
     }
+    if (!owned) continue;
 
     store(row0, (first_tile + my_tiles - 1) * kBN);
     for (int t = 0; t + 1 < my_tiles; ++t) {
@@ -271,52 +268,31 @@ KernelFn kernel_for(bool transpose, int tiles) {
   return transpose ? square_matmul_ffma_kernel<true, 1> : square_matmul_ffma_kernel<false, 1>;
 }
 
-// How many plain CTAs (cluster_ctas = 0: the counted mode's cooperative
-// grid; 0 where the device cannot launch cooperatively) or clusters of
-// cluster_ctas CTAs (sm_90 only) fit on the device at once.
-int resident(int device, bool transpose, int tiles, int cluster_ctas) {
+// How many CTAs fit on the device at once in a cooperative grid (0 where it
+// cannot launch one).
+int resident(int device, bool transpose, int tiles) {
   const KernelFn kernel = kernel_for(transpose, tiles);
-  int count = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, park_bytes(tiles)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  if (cluster_ctas == 0) {
-    int per_sm = 0, sms = 0, cooperative = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, park_bytes(tiles)) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative) {
-      count = per_sm * sms;
-    }
-  } else {
-    int major = 0;
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config =
-        row_block_groups::launch_config(cluster_ctas, kThreads, park_bytes(tiles), cluster_ctas, nullptr, &attr);
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9 ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&count, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
-      count = 0;
-    }
-  }
+  int per_sm = 0, sms = 0, cooperative = 0;
+  const bool known =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, park_bytes(tiles)) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, park_bytes(tiles)) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative;
   (void)cudaGetLastError();
-  return count;
+  return known ? per_sm * sms : 0;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-Residency square_matmul_ffma_residency(bool transpose, int tiles_per_cta) {
-  Residency r;
+int square_matmul_ffma_resident_ctas(bool transpose, int tiles_per_cta) {
   int device = 0;
   if (tiles_per_cta < 1 || tiles_per_cta > ffma::kMaxTilesPerCta || cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return r;
+    return 0;
   }
-  r.ctas = resident(device, transpose, tiles_per_cta, 0);
-  for (int c = 1; c <= kMaxClusterCtas; ++c) r.clusters[c] = resident(device, transpose, tiles_per_cta, c);
-  return r;
+  return resident(device, transpose, tiles_per_cta);
 }
 
 cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int64_t rows, int64_t n, bool transpose,
@@ -329,7 +305,7 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   const int tiles = launch.tiles_per_cta;
   const int64_t col_tiles = (n + kBN - 1) / kBN;
   if (tiles < 1 || tiles > ffma::kMaxTilesPerCta || launch.group_ctas != (col_tiles + tiles - 1) / tiles ||
-      launch.groups < 1 || (!counted && launch.group_ctas > kMaxClusterCtas)) {
+      launch.groups < 1) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
@@ -339,7 +315,7 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   }
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = row_block_groups::launch_config(
-      launch.groups * launch.group_ctas, kThreads, park_bytes(tiles), counted ? 0 : launch.group_ctas, stream, &attr);
+      launch.groups * launch.group_ctas, kThreads, park_bytes(tiles), 0, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel_for(transpose, tiles), x, w, bias, static_cast<int>(rows),
                             static_cast<int>(n), counters, launch.group_ctas);
 }
