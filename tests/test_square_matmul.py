@@ -572,9 +572,11 @@ def test_cuda_ffma_kernel_values(rows, n, transpose, tiles_per_cta, workspace_by
     bound) and the grid barrier once a round (no memory); a sentinel row after x must
     stay unwritten."""
     assert not torch.backends.cuda.matmul.allow_tf32
-    kernel = f"square_matmul_ffma_kernel<{str(transpose).lower()}, 2>" if tiles_per_cta == 2 else "square_matmul_ffma"
+    kernel = f"square_matmul_ffma_kernel<{str(transpose).lower()}, {tiles_per_cta or ''}"
     with forced_route("ffma", tiles_per_cta=tiles_per_cta):
-        _check_kernel_with_sentinel(kernel, rows, n, torch.float32, transpose, workspace_bytes)
+        names = _check_kernel_with_sentinel(kernel, rows, n, torch.float32, transpose, workspace_bytes)
+    counted = "true" if workspace_bytes else "false"  # the counters' variant, or the grid barrier's
+    assert re.search(rf"square_matmul_ffma_kernel<\w+, \d, {counted}>", names), names
 
 
 @requires_cuda

@@ -25,6 +25,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "make_inplace/kernels/row_block_groups.cuh"
@@ -72,8 +73,10 @@ __device__ __forceinline__ void store_column(float (*slice)[kPad], int k, int m,
 
 // kTransB: w is read as w^T (x @ w^T, nn.Linear's layout), so its slice is
 // 128 rows of w along k and is transposed like x's. kTiles: result tiles per
-// CTA (1 or 2).
-template <bool kTransB, int kTiles>
+// CTA (1 or 2). kCounted: the groups meet on counters, else at the grid
+// barrier (a variant of its own: with both in one kernel the counted mode
+// ran 1-2% slower).
+template <bool kTransB, int kTiles, bool kCounted>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     square_matmul_ffma_kernel(float* x, const float* __restrict__ w, const float* __restrict__ bias, int rows, int n,
                 uint32_t* counters, int group) {
@@ -221,12 +224,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
   // At the grid barrier every CTA takes part in every round, its group's
   // row-block or not (the last round may leave groups without one).
-  const bool counted = counters != nullptr;
   const int rounds = (row_blocks + groups - 1) / groups;
-  const int end = counted ? row_blocks : rounds * groups;
+  const int end = kCounted ? row_blocks : rounds * groups;
   for (int rb = blockIdx.x / group; rb < end; rb += groups) {
     const int row0 = rb * kBM;
-    const bool owned = rb < row_blocks;
+    const bool owned = kCounted || rb < row_blocks;
     if (owned) {
       if constexpr (kTiles == 1) {
         product(row0, first_tile * kBN);
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     // before the barrier that ends product(): tell the group, then wait for
     // all of it. (The next round's blocks are other rows: one barrier a
     // round orders every read of a block before any write over it.)
-    if (counted) {
+    if constexpr (kCounted) {
       if (tid == 0) {
         row_block_groups::count_done(counters + rb);
         row_block_groups::wait_count(counters + rb, group);
@@ -263,23 +265,36 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 
 using KernelFn = void (*)(float*, const float*, const float*, int, int, uint32_t*, int);
 
+template <bool kCounted>
 KernelFn kernel_for(bool transpose, int tiles) {
-  if (tiles == 2) return transpose ? square_matmul_ffma_kernel<true, 2> : square_matmul_ffma_kernel<false, 2>;
-  return transpose ? square_matmul_ffma_kernel<true, 1> : square_matmul_ffma_kernel<false, 1>;
+  if (tiles == 2) {
+    return transpose ? square_matmul_ffma_kernel<true, 2, kCounted> : square_matmul_ffma_kernel<false, 2, kCounted>;
+  }
+  return transpose ? square_matmul_ffma_kernel<true, 1, kCounted> : square_matmul_ffma_kernel<false, 1, kCounted>;
 }
 
-// How many CTAs fit on the device at once in a cooperative grid (0 where it
-// cannot launch one).
+KernelFn kernel_for(bool transpose, int tiles, bool counted) {
+  return counted ? kernel_for<true>(transpose, tiles) : kernel_for<false>(transpose, tiles);
+}
+
+// How many CTAs fit on the device at once in a cooperative grid, in both
+// modes (0 where it cannot launch one).
 int resident(int device, bool transpose, int tiles) {
-  const KernelFn kernel = kernel_for(transpose, tiles);
-  int per_sm = 0, sms = 0, cooperative = 0;
-  const bool known =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, park_bytes(tiles)) == cudaSuccess &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, park_bytes(tiles)) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess && cooperative;
+  int sms = 0, cooperative = 0, fit = 0;
+  bool known = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+               cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess &&
+               cooperative;
+  for (const bool counted : {true, false}) {
+    const KernelFn kernel = kernel_for(transpose, tiles, counted);
+    int per_sm = 0;
+    known = known &&
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, park_bytes(tiles)) ==
+                cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, park_bytes(tiles)) == cudaSuccess;
+    fit = counted ? per_sm : std::min(fit, per_sm);
+  }
   (void)cudaGetLastError();
-  return known ? per_sm * sms : 0;
+  return known ? fit * sms : 0;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -316,7 +331,7 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = row_block_groups::launch_config(
       launch.groups * launch.group_ctas, kThreads, park_bytes(tiles), 0, stream, &attr);
-  return cudaLaunchKernelEx(&config, kernel_for(transpose, tiles), x, w, bias, static_cast<int>(rows),
+  return cudaLaunchKernelEx(&config, kernel_for(transpose, tiles, counted), x, w, bias, static_cast<int>(rows),
                             static_cast<int>(n), counters, launch.group_ctas);
 }
 
