@@ -54,9 +54,9 @@ constexpr int64_t kWgmmaOneTileMaxColTiles = 8;
 // 1024 took 0.104 ms against 0.063, 128 rows 0.106 against 0.135.
 constexpr int64_t kFfmaMinRows = 128;
 // An FFMA CTA computes two tiles where their rounds of row-blocks, at this
-// cost each, come to no more than one tile's: 15 of 16 shapes measured on an
-// H100 (11 in clusters, 5 counted) took the faster choice by this rule, ties
-// included (docs/notes/square_matmul_ffma.md).
+// cost each, come to no more than one tile's. Ties go to two: an H100 sweep
+// found two tiles as fast or faster at all seven tied shapes it ran
+// (docs/square_matmul.md).
 constexpr double kFfmaTwoTileRoundCost = 2.0;
 // From this width fp32 keeps cuBLAS's panels when their buffer is contiguous.
 constexpr int64_t kFfmaPanelsFromN = 4096;
