@@ -2,9 +2,10 @@
 // What the in-place square matmul kernels share (square_matmul_wgmma's counted
 // mode and square_matmul_ffma): groups of CTAs own 128-row blocks of x, and a
 // CTA may write its results over a block only once every CTA of its group has
-// finished reading it. The groups meet on one counter per block, or are
-// thread-block clusters. Either way every CTA of a group must be resident at
-// once, hence the cooperative launch (or the cluster launch).
+// finished reading it. The groups meet on one counter per block, at the
+// cooperative grid's barrier (FFMA), or are thread-block clusters (wgmma).
+// Every CTA of a group must be resident at once, hence the cooperative launch
+// (or the cluster launch).
 #include <cuda_runtime.h>
 
 #include <cstdint>

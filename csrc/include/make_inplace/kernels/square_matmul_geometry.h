@@ -63,7 +63,8 @@ struct Residency {
 // result tiles of the row-block its group owns, of `col_tile` columns (wgmma:
 // 256 or 192; FFMA: always 128, the field unused). A counted launch (counters
 // given) is one cooperative grid whose groups meet on per-row-block counters;
-// otherwise each group is a thread-block cluster.
+// otherwise the wgmma kernel's groups are thread-block clusters, and the FFMA
+// kernel's meet at the cooperative grid's barrier once a round.
 struct RowBlockLaunch {
   int tiles_per_cta = 0;
   int group_ctas = 0;
