@@ -1,9 +1,10 @@
 """compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
 kernel with one and two tiles per CTA of 256 and of 192 columns, both weight
-layouts, partial row-blocks, groups of 2-16 CTAs, in both modes (clusters:
-workspace_bytes=0; counters: a 4 MiB bound); then the 64-row kernel (n of 136
-to 512, partial row-blocks and halves, more row-blocks than CTAs). `rows` as
-the argument runs the 64-row kernel's cases only.
+layouts, partial row-blocks, groups of 2-16 CTAs, in all three modes
+(clusters and the grid's barrier: workspace_bytes=0; counters: a 4 MiB bound); then the 64-row kernel (n of 136
+to 512, partial row-blocks and halves, more row-blocks than CTAs). Arguments
+pick what runs: `rows` (the 64-row kernel) and modes (`wgmma_grid`, ...);
+none, everything.
 
 The kernel, its mode, tiles per CTA and tile width are forced with
 make_inplace._testing.forced_route (docs/routing.md), whatever the policy
@@ -13,7 +14,7 @@ counters) leaves it to the policy, which picks another kernel (cuBLAS panels
 where the bound allows): run this on an H100/H200 with an sm_90a build.
 
     compute-sanitizer --tool memcheck python lab/sanitize_square_matmul_wgmma.py
-    compute-sanitizer --tool synccheck python lab/sanitize_square_matmul_wgmma.py [rows]
+    compute-sanitizer --tool racecheck python lab/sanitize_square_matmul_wgmma.py [rows] [wgmma_grid]
 """
 
 import sys
@@ -34,14 +35,17 @@ def case(label, rows, n, transpose, workspace, dtype=torch.bfloat16):
     print(label, rows, n, transpose, ((x.double() - ref).norm() / ref.norm()).item())
 
 
-if sys.argv[1:] != ["rows"]:
-    MODES = {0: "wgmma_clusters", 4 << 20: "wgmma_counted"}  # workspace bound -> mode
-    for workspace, tiles in [(0, 1), (0, 2), (4 << 20, 1), (4 << 20, 2)]:
-        for width in (256, 192):
-            with forced_route(MODES[workspace], tiles_per_cta=tiles, col_tile=width):
-                for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False), (129, 776, True)]:
-                    case(f"{MODES[workspace]} tiles={tiles} width={width}", rows, n, t, workspace)
+MODES = {"wgmma_clusters": 0, "wgmma_grid": 0, "wgmma_counted": 4 << 20}  # mode -> workspace bound
+picked = sys.argv[1:] or ["rows", *MODES]
+for mode, workspace in MODES.items():
+    if mode in picked:
+        for tiles in (1, 2):
+            for width in (256, 192):
+                with forced_route(mode, tiles_per_cta=tiles, col_tile=width):
+                    for rows, n, t in [(300, 1024, False), (257, 2056, True), (130, 4096, False), (129, 776, True)]:
+                        case(f"{mode} tiles={tiles} width={width}", rows, n, t, workspace)
 
-with forced_route("wgmma_rows"):
-    for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True), (9000, 136, False)]:
-        case("wgmma_rows", rows, n, t, 0, torch.float16)
+if "rows" in picked:
+    with forced_route("wgmma_rows"):
+        for rows, n, t in [(300, 512, False), (65, 392, True), (20000, 504, False), (9000, 512, True), (9000, 136, False)]:
+            case("wgmma_rows", rows, n, t, 0, torch.float16)

@@ -1,7 +1,7 @@
 """The Hopper wgmma kernel with one and with two tiles per CTA of 256 and of
-192 columns, in cluster and in counted mode (forced), and the policy's own
-choice, against torch.matmul: CUDA-event medians of back-to-back calls, bf16
-x @ w. The plan's cost per round (kWgmmaRoundOverheadKSteps,
+192 columns, in cluster, grid-barrier and counted mode (forced), and the
+policy's own choice with and without workspace, against torch.matmul:
+CUDA-event medians of back-to-back calls, bf16 x @ w. The plan's cost per round (kWgmmaRoundOverheadKSteps,
 docs/square_matmul.md) was fitted to these rows.
 
     python lab/sweep_square_matmul_wgmma_tiles.py [ROWSxN ...]
@@ -20,7 +20,7 @@ from make_inplace._testing import forced_route
 SHAPES = [(4096, 1024), (8192, 1024), (12288, 1024), (40000, 1024), (8192, 768), (16384, 512),
           (4096, 2048), (8192, 2048), (16384, 2048), (8192, 4096)]
 WIDTHS = (256, 192)
-MODES = {"clusters": ("wgmma_clusters", 0), "counted": ("wgmma_counted", 4 << 20)}
+MODES = {"clusters": ("wgmma_clusters", 0), "grid": ("wgmma_grid", 0), "counted": ("wgmma_counted", 4 << 20)}
 
 
 def gpu_us(fn, calls: int = 20, rounds: int = 7) -> float:
@@ -51,25 +51,39 @@ def variant(fn) -> str:
 
 def main() -> None:
     shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:]] or SHAPES
-    print(torch.cuda.get_device_name(), torch.__version__, "(us per call; mode xTILES/WIDTH)")
+    print(torch.cuda.get_device_name(), torch.__version__, "(us per call, the better of two alternated rounds;"
+          " mode xTILES/WIDTH)")
     for rows, n in shapes:
         x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16) / n**0.5
-        default = lambda: make_inplace.square_matmul_(x, w)  # noqa: E731
-        row = {"torch": gpu_us(lambda: torch.matmul(x, w)), f"default {variant(default)}": gpu_us(default)}
+        calls = {"torch": (lambda: torch.matmul(x, w), None, {})}
+        for name, bound in [("default", None), ("ws=0", 0)]:
+            calls[name] = (lambda b=bound: make_inplace.square_matmul_(x, w, workspace_bytes=b), None, {})
         for mode, (route, bound) in MODES.items():
+            calls[mode] = (lambda b=bound: make_inplace.square_matmul_(x, w, workspace_bytes=b), route, {})
             for width in WIDTHS:
                 for tiles in (1, 2):
-                    with forced_route(route, tiles_per_cta=tiles, col_tile=width):
-                        call = lambda: make_inplace.square_matmul_(x, w, workspace_bytes=bound)  # noqa: E731
-                        ran = variant(call)
-                        key = f"{mode} x{tiles}/{width}" + ("" if ran == f"{tiles}/{width}" else f" (ran {ran})")
-                        row[key] = gpu_us(call)
+                    calls[f"{mode} x{tiles}/{width}"] = (
+                        lambda b=bound: make_inplace.square_matmul_(x, w, workspace_bytes=b),
+                        route,
+                        {"tiles_per_cta": tiles, "col_tile": width},
+                    )
         if n <= 512:
-            with forced_route("wgmma_rows"):
-                call = lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0)  # noqa: E731
-                row[f"rows64 (ran {variant(call)})"] = gpu_us(call)
-        print(f"{rows:6d} x {n:5d}  " + "  ".join(f"{k} {v:7.1f}" for k, v in row.items()), flush=True)
+            calls["rows64"] = (lambda: make_inplace.square_matmul_(x, w, workspace_bytes=0), "wgmma_rows", {})
+        # The variant each call runs, before any timing: the profiler's
+        # teardown slowed the calls timed right after it.
+        labels = {}
+        for key, (fn, route, kwargs) in calls.items():
+            with forced_route(route, **kwargs):
+                ran = variant(fn) if key != "torch" else ""
+            want = f"{kwargs['tiles_per_cta']}/{kwargs['col_tile']}" if kwargs else ran
+            labels[key] = key if key == "torch" else f"{key} {ran}" if ran == want else f"{key} (ran {ran})"
+        best = {}
+        for _ in range(2):
+            for key, (fn, route, kwargs) in calls.items():
+                with forced_route(route, **kwargs):
+                    best[key] = min(best.get(key, float("inf")), gpu_us(fn))
+        print(f"{rows:6d} x {n:5d}  " + "  ".join(f"{labels[k]} {v:7.1f}" for k, v in best.items()), flush=True)
 
 
 if __name__ == "__main__":

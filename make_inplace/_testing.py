@@ -27,6 +27,7 @@ FORCED_ROUTES = (
     "wgmma",
     "wgmma_counted",
     "wgmma_clusters",
+    "wgmma_grid",
     "wgmma_rows",
     "ffma",
     "ffma_counted",

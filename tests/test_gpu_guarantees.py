@@ -417,6 +417,7 @@ def build_cases() -> list[Case]:
         _square_matmul_case("square_matmul-wgmma-counted", 4096, 1024, BF16, route="wgmma_counted", workspace=4 << 20),
         _square_matmul_case("square_matmul-wgmma-clusters", 4096, 1024, BF16, route="wgmma_clusters", workspace=0,
                             transpose=True),
+        _square_matmul_case("square_matmul-wgmma-grid", 4096, 2048, F16, route="wgmma_grid", workspace=0),
         _square_matmul_case("square_matmul-wgmma-rows", 1000, 504, F16, route="wgmma_rows", workspace=0),
         _square_matmul_case("square_matmul-wgmma-rows-default", 16384, 512, BF16, transpose=True),
         _square_matmul_case("square_matmul-ffma-counted", 4096, 1024, F32, route="ffma_counted", workspace=4 << 20),

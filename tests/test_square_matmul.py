@@ -1,7 +1,6 @@
 """square_matmul_: values, storage, autograd, version counter, errors, memory, streams."""
 
 import itertools
-import math
 import re
 
 import pytest
@@ -453,22 +452,23 @@ def _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_byt
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("tiles_per_cta", [None, 2], ids=["auto", "2"])
 @pytest.mark.parametrize("col_tile", [None, 192], ids=["width-auto", "192"])
-@pytest.mark.parametrize("workspace_bytes", [0, 4 << 20], ids=["clusters", "counters"])
-def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, col_tile, workspace_bytes):
-    """Every shape the Hopper kernel takes goes to it (forced_route("wgmma")), with
-    the policy's choice of tiles per CTA and with two forced (the second held in
-    registers and written once the row-block is free), with the policy's tile width
-    and with 192 columns forced, in both modes: clusters (no workspace) and
+@pytest.mark.parametrize(
+    "mode,workspace_bytes",
+    [("wgmma_clusters", 0), ("wgmma_grid", 0), ("wgmma_counted", 4 << 20)],
+    ids=["clusters", "grid", "counters"],
+)
+def test_cuda_wgmma_kernel_values(dtype, rows, n, transpose, tiles_per_cta, col_tile, mode, workspace_bytes):
+    """Every shape the Hopper kernel takes goes to it, with the policy's choice of
+    tiles per CTA and with two forced (the second held in registers and written
+    once the row-block is free), with the policy's tile width and with 192 columns
+    forced, in all three modes: clusters and the grid's barrier (no workspace), and
     per-row-block counters (a 4 MiB bound)."""
-    # 192-column tiles run wherever a cluster of them can (at most 16 CTAs): the
-    # counted mode too needs a cluster plan to fall back on. Where they cannot,
-    # the policy keeps the width and picks another route (any kernel name).
-    narrow = col_tile == 192 and math.ceil(math.ceil(n / 192) / (tiles_per_cta or 2)) <= 16
-    kernel = "square_matmul_wgmma" if col_tile is None or narrow else ""
-    with forced_route("wgmma", tiles_per_cta=tiles_per_cta, col_tile=col_tile):
-        names = _check_kernel_with_sentinel(kernel, rows, n, dtype, transpose, workspace_bytes)
+    # Where clusters of 192-column tiles do not fit (more than 16 CTAs), the
+    # policy takes that width at the grid's barrier: 192 columns run every time.
+    with forced_route(mode, tiles_per_cta=tiles_per_cta, col_tile=col_tile):
+        names = _check_kernel_with_sentinel("square_matmul_wgmma", rows, n, dtype, transpose, workspace_bytes)
     if col_tile == 192:
-        assert bool(re.search(r"square_matmul_wgmma_kernel<[^>]*, 192>", names)) == narrow, names
+        assert re.search(r"square_matmul_wgmma_kernel<[^>]*, 192>", names), names
 
 
 @requires_hopper
@@ -519,14 +519,10 @@ def test_cuda_wgmma_rows_kernel_runs_at_the_benchmark_shape(dtype, workspace_byt
 @pytest.mark.parametrize("workspace_bytes", [None, 0])
 @pytest.mark.fresh_process
 def test_cuda_wgmma_kernel_runs_at_the_benchmark_shapes(rows, n, dtype, workspace_bytes):
-    """The benchmark shapes in 16-bit types take the Hopper kernel: the default mode
-    allocates only its row-block counters (within the bound), workspace_bytes=0 nothing."""
+    """The benchmark shapes in 16-bit types take the Hopper kernel, allocating nothing
+    in either mode (its groups meet at the grid's barrier)."""
     x, ours, _ = _memory_case(rows, n, dtype, workspace_bytes)
-    if workspace_bytes == 0:
-        assert ours.allocated == 0 and ours.reserved == 0, ours
-    else:
-        bound = min(x.nbytes // 16, 64 << 20)
-        assert 0 < ours.allocated <= (rows + 127) // 128 * 4 + 512 and ours.reserved <= bound, ours
+    assert ours.allocated == 0 and ours.reserved == 0, ours
     w = torch.randn(n, n, dtype=dtype, device="cuda") / n**0.5
     assert "square_matmul_wgmma" in _kernel_names(lambda: make_inplace.square_matmul_(x, w, workspace_bytes=workspace_bytes))
 

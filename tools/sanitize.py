@@ -200,6 +200,8 @@ def _cases(dev: str = "cuda"):
     square_matmul_case("square_matmul-wgmma-two-tiles", 1000, 2048, bf16, "wgmma", 4 << 20, tiles=2)
     square_matmul_case("square_matmul-wgmma-clusters", 1000, 1024, bf16, "wgmma_clusters", 0, transpose=True)
     square_matmul_case("square_matmul-wgmma-clusters-partial", 130, 264, f16, "wgmma_clusters", 0)
+    square_matmul_case("square_matmul-wgmma-grid", 1000, 1024, bf16, "wgmma_grid", 0, transpose=True)
+    square_matmul_case("square_matmul-wgmma-grid-two-tiles", 300, 2056, f16, "wgmma_grid", 0, tiles=2)
     square_matmul_case("square_matmul-ffma-counted", 300, 1024, f32, "ffma_counted", 4 << 20)
     square_matmul_case("square_matmul-ffma-counted-partial", 257, 2052, f32, "ffma_counted", 4 << 20, transpose=True)
     square_matmul_case("square_matmul-ffma-grid", 130, 100, f32, "ffma_grid", 0)

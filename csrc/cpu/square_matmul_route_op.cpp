@@ -103,7 +103,8 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
   o.panels_batched = panels_batched;
   const square_matmul::Plan p = square_matmul::plan(call, d, o);
   TORCH_CHECK(p.route != square_matmul::Route::kUnsupported, "make_inplace.", square_matmul::unsupported_message(call));
-  const bool wgmma = p.route == square_matmul::Route::kWgmmaCounted || p.route == square_matmul::Route::kWgmmaClusters;
+  const bool wgmma = p.route == square_matmul::Route::kWgmmaCounted || p.route == square_matmul::Route::kWgmmaClusters ||
+                     p.route == square_matmul::Route::kWgmmaGrid;
   return {square_matmul::route_name(p.route), p.groups.tiles_per_cta, p.groups.group_ctas, p.groups.groups,
           wgmma ? p.groups.col_tile : 0, p.counter_bytes, p.panels.blocks, p.panels.rows_per_block,
           p.panels.block_bytes, p.panels.batched};

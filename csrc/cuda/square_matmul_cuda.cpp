@@ -88,6 +88,7 @@ void square_matmul_cuda(const at::Tensor& x, const at::Tensor& weight,
   switch (plan.route) {
     case Route::kWgmmaCounted:
     case Route::kWgmmaClusters:
+    case Route::kWgmmaGrid:
       check_launch(kernels::square_matmul_wgmma(call.kind, x.data_ptr(), w.matrix.const_data_ptr(), bias_ptr,
                                                 call.rows, call.n, w.transpose, plan.groups, counter_ptr, stream),
                    "square_matmul_");

@@ -20,6 +20,7 @@ enum class Route {
   kUnsupported,        // CUDA: too wide for the waves kernel and no room for one panel row
   kWgmmaCounted,       // Hopper wgmma, a cooperative grid meeting on row-block counters
   kWgmmaClusters,      // Hopper wgmma, thread-block clusters, no memory at all
+  kWgmmaGrid,          // Hopper wgmma, a cooperative grid meeting at its barrier once a round, no memory at all
   kWgmmaRows,          // Hopper wgmma, a CTA per 64-row block of up to 512 columns, no memory at all
   kFfmaCounted,        // fp32 FFMA, a cooperative grid meeting on row-block counters
   kFfmaGrid,           // fp32 FFMA, a cooperative grid meeting at its barrier once a round, no memory at all
@@ -66,9 +67,10 @@ struct Device {
 // the policy decides as usual.
 enum class Forced {
   kNone,
-  kWgmma,          // any of the three, the policy's choice
+  kWgmma,          // any of the four, the policy's choice
   kWgmmaCounted,
   kWgmmaClusters,
+  kWgmmaGrid,
   kWgmmaRows,
   kFfma,           // either mode, by the bound
   kFfmaCounted,

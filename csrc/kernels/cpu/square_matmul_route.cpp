@@ -24,6 +24,7 @@ constexpr Named kForcedNames[] = {
     {Forced::kWgmma, "wgmma"},
     {Forced::kWgmmaCounted, "wgmma_counted"},
     {Forced::kWgmmaClusters, "wgmma_clusters"},
+    {Forced::kWgmmaGrid, "wgmma_grid"},
     {Forced::kWgmmaRows, "wgmma_rows"},
     {Forced::kFfma, "ffma"},
     {Forced::kFfmaCounted, "ffma_counted"},
@@ -82,21 +83,24 @@ bool wgmma_clusters(const Call& c, const Device& d, int only, int col_tile, RowB
     const int clusters = wgmma_residency(d, col_tile, tiles).clusters[ctas];
     if (clusters == 0) continue;
     const RowBlockLaunch l{tiles, static_cast<int>(ctas), static_cast<int>(std::min<int64_t>(clusters, row_blocks)),
-                           col_tile};
+                           col_tile, kernels::GroupMeet::kClusters};
     if (!found || wgmma_cost(l, row_blocks, c.n) < wgmma_cost(*out, row_blocks, c.n)) *out = l;
     found = true;
   }
   return found;
 }
 
-// The counted plan for tiles of col_tile columns, `tiles` a CTA: groups of
-// ceil(col_tiles / tiles) plain CTAs, every SM busy, if a group fits at once.
-bool wgmma_counted(const Call& c, const Device& d, int tiles, int col_tile, RowBlockLaunch* out) {
+// The plan of a cooperative grid (counters or the grid's barrier) for tiles
+// of col_tile columns, `tiles` a CTA: groups of ceil(col_tiles / tiles) plain
+// CTAs, every SM busy, if a group fits at once.
+bool wgmma_grid(const Call& c, const Device& d, int tiles, int col_tile, kernels::GroupMeet meet,
+                RowBlockLaunch* out) {
   const int64_t group = ceil_div(ceil_div(c.n, col_tile), tiles);
   const int resident = wgmma_residency(d, col_tile, tiles).ctas;
   if (resident < group) return false;
   const int64_t row_blocks = ceil_div(c.rows, kernels::wgmma::kRowBlock);
-  *out = {tiles, static_cast<int>(group), static_cast<int>(std::min<int64_t>(resident / group, row_blocks)), col_tile};
+  *out = {tiles, static_cast<int>(group), static_cast<int>(std::min<int64_t>(resident / group, row_blocks)), col_tile,
+          meet};
   return true;
 }
 
@@ -141,34 +145,40 @@ bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
   return true;
 }
 
-// The 128-row wgmma kernel in `mode` (kNone or kWgmma: counters when the
-// bound has room for them and the groups fit at once, else clusters), for n
-// up to 8192 (a row-block of results in one cluster) with a cluster plan.
+// The 128-row wgmma kernel in `mode`, for n up to 8192. Unforced (kNone,
+// kWgmma): the grid's barrier whenever the groups fit in one cooperative
+// grid, else clusters. It needs no memory, and on an H100 it ran as fast as
+// the counters or faster (no memset to launch), and faster than clusters,
+// which leave SMs idle (docs/square_matmul.md). Counters only when forced.
 // Tiles of 192 columns where their plan costs less than 256 columns' (more,
 // smaller groups fill a last round that 256 columns leave mostly empty).
 bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, Plan* out) {
-  const bool runs = wgmma_runs(c, d) && c.n <= kernels::wgmma::kMaxN;
-  RowBlockLaunch clusters;
-  const auto cluster_plan = [&](int col_tile, RowBlockLaunch* l) {
-    return wgmma_clusters(c, d, o.tiles_per_cta, col_tile, l);
+  if (!wgmma_runs(c, d) || c.n > kernels::wgmma::kMaxN) return false;
+  const int tiles = o.tiles_per_cta == 2 ? 2 : 1;
+  const auto grid_plan = [&](kernels::GroupMeet meet) {
+    return [&c, &d, tiles, meet](int col_tile, RowBlockLaunch* l) { return wgmma_grid(c, d, tiles, col_tile, meet, l); };
   };
-  if (!runs || !cheaper_width(c, o.col_tile, cluster_plan, &clusters)) return false;
-  const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
-  RowBlockLaunch counted;
-  const auto counted_plan = [&](int col_tile, RowBlockLaunch* l) {
-    return wgmma_counted(c, d, o.tiles_per_cta == 2 ? 2 : 1, col_tile, l);
-  };
-  if (mode != Forced::kWgmmaClusters && counters_fit(c.workspace_bound, counter_bytes) &&
-      cheaper_width(c, o.col_tile, counted_plan, &counted)) {
-    out->route = Route::kWgmmaCounted;
-    out->groups = counted;
-    out->counter_bytes = counter_bytes;
-    return true;
-  }
-  if (mode == Forced::kWgmmaCounted) return false;
-  out->route = Route::kWgmmaClusters;
-  out->groups = clusters;
+  RowBlockLaunch l;
   out->counter_bytes = 0;
+  if (mode == Forced::kWgmmaCounted) {
+    const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
+    if (!counters_fit(c.workspace_bound, counter_bytes) ||
+        !cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kCounters), &l)) {
+      return false;
+    }
+    out->route = Route::kWgmmaCounted;
+    out->counter_bytes = counter_bytes;
+  } else if (mode != Forced::kWgmmaClusters &&
+             cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kGridBarrier), &l)) {
+    out->route = Route::kWgmmaGrid;
+  } else {
+    const auto cluster_plan = [&](int col_tile, RowBlockLaunch* p) {
+      return wgmma_clusters(c, d, o.tiles_per_cta, col_tile, p);
+    };
+    if (mode == Forced::kWgmmaGrid || !cheaper_width(c, o.col_tile, cluster_plan, &l)) return false;
+    out->route = Route::kWgmmaClusters;
+  }
+  out->groups = l;
   return true;
 }
 
@@ -202,7 +212,8 @@ bool plan_ffma(const Call& c, const Device& d, bool counted, int only, Plan* out
   }
   out->route = counted ? Route::kFfmaCounted : Route::kFfmaGrid;
   out->groups = {tiles, static_cast<int>(ceil_div(col_tiles, tiles)),
-                 static_cast<int>(std::min(groups[tiles - 1], row_blocks))};
+                 static_cast<int>(std::min(groups[tiles - 1], row_blocks)), static_cast<int>(kernels::ffma::kColTile),
+                 counted ? kernels::GroupMeet::kCounters : kernels::GroupMeet::kGridBarrier};
   out->counter_bytes = counted ? kernels::row_block_counter_bytes(c.rows) : 0;
   return true;
 }
@@ -238,6 +249,7 @@ const char* route_name(Route route) {
     case Route::kUnsupported: return "unsupported";
     case Route::kWgmmaCounted: return "wgmma_counted";
     case Route::kWgmmaClusters: return "wgmma_clusters";
+    case Route::kWgmmaGrid: return "wgmma_grid";
     case Route::kWgmmaRows: return "wgmma_rows";
     case Route::kFfmaCounted: return "ffma_counted";
     case Route::kFfmaGrid: return "ffma_grid";
@@ -268,7 +280,7 @@ const char* forced_name(Forced forced) {
 }
 
 const char* forced_names() {
-  return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'wgmma_rows', 'ffma', 'ffma_counted', "
+  return "'' (none), 'wgmma', 'wgmma_counted', 'wgmma_clusters', 'wgmma_grid', 'wgmma_rows', 'ffma', 'ffma_counted', "
          "'ffma_grid', 'panels', 'waves'";
 }
 
@@ -294,6 +306,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
       break;
     case Forced::kWgmmaCounted:
     case Forced::kWgmmaClusters:
+    case Forced::kWgmmaGrid:
       if (plan_wgmma(c, d, o, o.route, &p)) return p;
       break;
     case Forced::kWgmmaRows:
@@ -319,7 +332,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   }
 
   // The wgmma kernels whenever they take the case, whatever the bound and
-  // however few the rows: they need at most counters, and beat panels and
+  // however few the rows: they need no memory, and beat panels and
   // the waves kernel even on one row-block. A tiles-per-CTA or tile-width
   // override asks for the 128-row kernel.
   if ((o.tiles_per_cta == 0 && o.col_tile == 0 && plan_wgmma_rows(c, d, false, &p)) ||

@@ -320,7 +320,7 @@ cudaError_t square_matmul_ffma(float* x, const float* w, const float* bias, int6
   const int tiles = launch.tiles_per_cta;
   const int64_t col_tiles = (n + kBN - 1) / kBN;
   if (tiles < 1 || tiles > ffma::kMaxTilesPerCta || launch.group_ctas != (col_tiles + tiles - 1) / tiles ||
-      launch.groups < 1) {
+      launch.groups < 1 || launch.meet != (counted ? GroupMeet::kCounters : GroupMeet::kGridBarrier)) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;

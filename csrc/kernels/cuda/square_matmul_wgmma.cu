@@ -1,7 +1,7 @@
 // The Hopper square matmul for 16-bit types: x[rows, n] <- x @ w (+ bias),
 // or x @ w^T with transpose, on wgmma tensor cores fed by TMA, using no
-// device memory beyond x, w and bias (cluster mode) or one counter per
-// 128-row block (counted mode). How many tiles each CTA computes, the group
+// device memory beyond x, w and bias (cluster and grid modes) or one counter
+// per 128-row block (counted mode). How many tiles each CTA computes, the group
 // size and the grid come from the routing policy (square_matmul_route.h).
 //
 // Why clusters: every result tile of a 128-row block of x reads the whole
@@ -24,6 +24,10 @@
 // counter per row-block, a cooperative grid of plain CTAs (all resident)
 // fills every SM instead: groups of consecutive CTAs play the clusters, and
 // "done" is an add to the row-block's counter, awaited with acquire loads.
+// Grid mode: the same groups without counters; at the end of each round of
+// row-blocks (one per group) each CTA's store warp meets every other at the
+// cooperative grid's barrier. The loads and the tensor work of the next
+// round go on meanwhile: only the stores wait.
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread),
 // and another of its warps tells the group "done" and issues the TMA stores;
@@ -74,6 +78,8 @@ constexpr int kConsumerThreads = 256;             // warpgroups 1 and 2
 constexpr int kParkBoxBytes = kBM * kBoxCols * 2; // a 128 x 64 box of results, 16 KiB
 
 using row_block_groups::count_done;
+using row_block_groups::grid_arrive;
+using row_block_groups::grid_wait;
 using row_block_groups::wait_count;
 using sm90::cluster_sync;
 using sm90::mbar_arrive;
@@ -81,26 +87,33 @@ using sm90::mbar_arrive_expect_tx;
 using sm90::mbar_wait;
 
 // How the CTAs owning a row-block tell one another they are done reading it:
-// mbarriers over distributed shared memory (a cluster) or a counter per
-// row-block in global memory (the counted mode). j counts this CTA's
-// row-blocks; the two barriers alternate by its parity.
+// mbarriers over distributed shared memory (a cluster), a counter per
+// row-block in global memory (the counted mode) or the grid's barrier (grid
+// mode). j counts this CTA's row-blocks; the two cluster barriers alternate
+// by its parity.
 struct BlockDone {
-  uint64_t* bars;      // [2], cluster mode
-  uint32_t* counters;  // null in cluster mode
+  uint64_t* bars;          // [2], cluster mode
+  uint32_t* counters;      // counted mode, else null
+  uint32_t* grid_barrier;  // grid mode, else null
   int ctas;
 
   // By the lanes of one warp: lane q tells CTA q of the cluster, all at once
-  // rather than one after another.
-  __device__ __forceinline__ void arrive(int rb, int j, int lane) const {
+  // rather than one after another. Returns lane 0's token for wait.
+  __device__ __forceinline__ uint32_t arrive(int rb, int j, int lane) const {
+    if (grid_barrier != nullptr) return lane == 0 ? grid_arrive(grid_barrier) : 0;
     if (counters != nullptr) {
       if (lane == 0) count_done(counters + rb);
     } else if (lane < ctas) {
       sm90::mbar_arrive_in_cta(&bars[j & 1], lane);
     }
+    return 0;
   }
 
-  __device__ __forceinline__ void wait(int rb, int j) const {
-    if (counters != nullptr) {
+  // By lane 0.
+  __device__ __forceinline__ void wait(int rb, int j, uint32_t token) const {
+    if (grid_barrier != nullptr) {
+      grid_wait(grid_barrier, token);
+    } else if (counters != nullptr) {
       wait_count(counters + rb, ctas);
     } else {
       mbar_wait<true>(&bars[j & 1], (j >> 1) & 1);
@@ -133,12 +146,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* held_parked = park_free + 1;  // the consumers have parked their held tile
   uint64_t* block_read = held_parked + 1;  // the consumers' last k-step of the row-block is done, its tile parked
 
-  // Counted mode: groups of group_ctas consecutive CTAs stand in for
-  // clusters, and per-row-block counters for the cluster barriers.
-  const bool counted = counters != nullptr;
-  const int ctas = counted ? group_ctas : static_cast<int>(sm90::cluster_size());
-  const int rank = counted ? static_cast<int>(blockIdx.x) % ctas : static_cast<int>(sm90::cluster_rank());
-  const BlockDone block_done{done, counters, ctas};
+  // Counted and grid modes (group_ctas > 0): groups of group_ctas
+  // consecutive CTAs stand in for clusters, and per-row-block counters (or
+  // the grid's barrier, without counters) for the cluster barriers.
+  const bool grouped = group_ctas > 0;
+  const bool grid = grouped && counters == nullptr;
+  const int ctas = grouped ? group_ctas : static_cast<int>(sm90::cluster_size());
+  const int rank = grouped ? static_cast<int>(blockIdx.x) % ctas : static_cast<int>(sm90::cluster_rank());
+  const BlockDone block_done{done, counters, grid ? row_block_groups::grid_barrier_word() : nullptr, ctas};
   const int cluster = blockIdx.x / ctas;
   const int clusters = gridDim.x / ctas;
   const int row_blocks = static_cast<int>((rows + kBM - 1) / kBM);
@@ -201,9 +216,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // This warp, not the consumers, tells the group: the release at
         // cluster or GPU scope then costs the consumers nothing.
         mbar_wait(block_read, j & 1);
-        block_done.arrive(rb, j, lane);
+        const uint32_t token = block_done.arrive(rb, j, lane);
         if (lane == 0) {
-          block_done.wait(rb, j);
+          block_done.wait(rb, j, token);
           // Every CTA of the cluster has consumed this row-block's x (its TMA
           // loads completed before its last wgmma); order those async-proxy
           // reads before the async-proxy writes below.
@@ -216,6 +231,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         __syncwarp();
       }
+      // Grid mode: a group left without a row-block in the last round still
+      // arrives, or the others would wait for it forever.
+      if (grid && lane == 0 && j < (row_blocks + clusters - 1) / clusters) grid_arrive(block_done.grid_barrier);
       if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
   } else {
@@ -370,9 +388,10 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   const KernelFn kernel = kernel_for(kind, transpose, launch.tiles_per_cta, launch.col_tile);
   const int col_tiles = static_cast<int>((n + launch.col_tile - 1) / launch.col_tile);
   const bool counted = counters != nullptr;
+  const bool clusters = launch.meet == GroupMeet::kClusters;
   if (kernel == nullptr || launch.groups < 1 || launch.group_ctas < 1 ||
       int64_t{launch.group_ctas} * launch.tiles_per_cta < col_tiles ||
-      (!counted && launch.group_ctas > kMaxClusterCtas)) {
+      counted != (launch.meet == GroupMeet::kCounters) || (clusters && launch.group_ctas > kMaxClusterCtas)) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
@@ -392,9 +411,9 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config =
       row_block_groups::launch_config(launch.groups * launch.group_ctas, kThreads, smem_bytes(launch.col_tile),
-                                      counted ? 0 : launch.group_ctas, stream, &attr);
+                                      clusters ? launch.group_ctas : 0, stream, &attr);
   return cudaLaunchKernelEx(&config, kernel, x_map, w_map, bias, rows, static_cast<int>(n), col_tiles, counters,
-                            counted ? launch.group_ctas : 0);
+                            clusters ? 0 : launch.group_ctas);
 }
 
 }  // namespace make_inplace::kernels

@@ -27,7 +27,8 @@ int square_matmul_ffma_resident_ctas(bool transpose, int tiles_per_cta);
 // as the routing policy planned it: groups of ceil(n / (128 t)) CTAs, t =
 // tiles_per_cta (1 or 2), in one cooperative grid. counters:
 // row_block_counter_bytes(rows) bytes of device memory, zeroed here on
-// `stream`, or null (the groups meet at the grid's barrier once a round).
+// `stream`, or null (the groups meet at the grid's barrier once a round);
+// launch.meet says which.
 // Launches one kernel and returns its launch error
 // (cudaErrorNotSupported or cudaErrorInvalidValue for a case outside the
 // above, before anything is written).

@@ -58,18 +58,24 @@ struct Residency {
   std::array<int, kMaxClusterCtas + 1> clusters{};  // [c]: clusters of c CTAs; [0] unused
 };
 
+// How the CTAs of a group tell one another they are done reading a
+// row-block: a counter per row-block (device memory), the cooperative grid's
+// barrier once a round of row-blocks (no memory; every group waits for the
+// slowest), or thread-block clusters (wgmma only; no memory, but clusters
+// must fit in one GPC and leave SMs idle).
+enum class GroupMeet { kCounters, kGridBarrier, kClusters };
+
 // A launch of a group kernel (wgmma, FFMA) as the policy planned it:
 // `groups` groups of `group_ctas` CTAs, each CTA computing `tiles_per_cta`
 // result tiles of the row-block its group owns, of `col_tile` columns (wgmma:
-// 256 or 192; FFMA: always 128, the field unused). A counted launch (counters
-// given) is one cooperative grid whose groups meet on per-row-block counters;
-// otherwise the wgmma kernel's groups are thread-block clusters, and the FFMA
-// kernel's meet at the cooperative grid's barrier once a round.
+// 256 or 192; FFMA: always 128, the field unused). Counters and the grid
+// barrier take one cooperative grid of plain CTAs.
 struct RowBlockLaunch {
   int tiles_per_cta = 0;
   int group_ctas = 0;
   int groups = 0;
   int col_tile = static_cast<int>(wgmma::kColTile);
+  GroupMeet meet = GroupMeet::kCounters;
 };
 
 }  // namespace make_inplace::kernels

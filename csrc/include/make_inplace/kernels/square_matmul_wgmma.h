@@ -3,10 +3,11 @@
 // x[rows, n] <- x @ w (+ bias), or x @ w^T with transpose, with wgmma tensor
 // cores fed by TMA. Groups of CTAs own 128-row blocks of x; each CTA computes
 // 128 x 256 (or 128 x 192) result tiles of its group's block, and the block
-// is written back only once every CTA of the group has finished reading it. A group is a
-// thread-block cluster (no device memory at all), or, given one counter per
-// row-block, consecutive CTAs of a cooperative grid (every SM busy, where
-// clusters, which must fit in one GPC, leave some idle).
+// is written back only once every CTA of the group has finished reading it.
+// A group is a thread-block cluster, or consecutive CTAs of a cooperative
+// grid (every SM busy, where clusters, which must fit in one GPC, leave some
+// idle) that meet on one counter per row-block or, with no memory at all, at
+// the grid's barrier once a round.
 // Torch-free: raw pointers, sizes and a stream.
 #include <cuda_runtime.h>
 
@@ -35,9 +36,9 @@ Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int til
 // float16 or bfloat16, n a multiple of 8 up to wgmma::kMaxN, x and w 16-byte
 // aligned, on an sm_90 device. The bias is added in fp32 before rounding.
 // `launch` as the routing policy planned it (groups of group_ctas CTAs, each
-// computing tiles_per_cta tiles of col_tile columns). counters: null for
-// clusters, else row_block_counter_bytes(rows) bytes of device memory, zeroed here on
-// `stream`, for one cooperative grid. Launches one kernel and returns its
+// computing tiles_per_cta tiles of col_tile columns, meeting as launch.meet
+// says). counters: row_block_counter_bytes(rows) bytes of device memory,
+// zeroed here on `stream`, for GroupMeet::kCounters, else null. Launches one kernel and returns its
 // launch error (cudaErrorNotSupported or cudaErrorInvalidValue for a case
 // outside the above, before anything is written).
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
