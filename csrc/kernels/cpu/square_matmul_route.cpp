@@ -146,12 +146,14 @@ bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
 }
 
 // The 128-row wgmma kernel in `mode`, for n up to 8192. Unforced (kNone,
-// kWgmma): the grid's barrier whenever the groups fit in one cooperative
-// grid, else clusters. It needs no memory, and on an H100 it ran as fast as
-// the counters or faster (no memset to launch), and faster than clusters,
-// which leave SMs idle (docs/square_matmul.md). Counters only when forced.
-// Tiles of 192 columns where their plan costs less than 256 columns' (more,
-// smaller groups fill a last round that 256 columns leave mostly empty).
+// kWgmma): counters when the bound has room for them, else the grid's
+// barrier (no memory); clusters only where the groups do not fit in one
+// cooperative grid. On an H100 the grid's barrier ran faster than clusters,
+// which leave SMs idle, and as fast as counters on a sweep, but 1-7% slower
+// in the benchmark at 16384 x 2048-4096 and 65536 x 768
+// (docs/square_matmul.md). Tiles of 192 columns where their plan costs less
+// than 256 columns' (more, smaller groups fill a last round that 256 columns
+// leave mostly empty).
 bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, Plan* out) {
   if (!wgmma_runs(c, d) || c.n > kernels::wgmma::kMaxN) return false;
   const int tiles = o.tiles_per_cta == 2 ? 2 : 1;
@@ -160,14 +162,15 @@ bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, 
   };
   RowBlockLaunch l;
   out->counter_bytes = 0;
-  if (mode == Forced::kWgmmaCounted) {
-    const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
-    if (!counters_fit(c.workspace_bound, counter_bytes) ||
-        !cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kCounters), &l)) {
-      return false;
-    }
+  const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
+  const bool counted = mode != Forced::kWgmmaClusters && mode != Forced::kWgmmaGrid &&
+                       counters_fit(c.workspace_bound, counter_bytes) &&
+                       cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kCounters), &l);
+  if (counted) {
     out->route = Route::kWgmmaCounted;
     out->counter_bytes = counter_bytes;
+  } else if (mode == Forced::kWgmmaCounted) {
+    return false;
   } else if (mode != Forced::kWgmmaClusters &&
              cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kGridBarrier), &l)) {
     out->route = Route::kWgmmaGrid;
@@ -332,7 +335,7 @@ Plan plan(const Call& c, const Device& d, const Override& o) {
   }
 
   // The wgmma kernels whenever they take the case, whatever the bound and
-  // however few the rows: they need no memory, and beat panels and
+  // however few the rows: they need at most counters, and beat panels and
   // the waves kernel even on one row-block. A tiles-per-CTA or tile-width
   // override asks for the 128-row kernel.
   if ((o.tiles_per_cta == 0 && o.col_tile == 0 && plan_wgmma_rows(c, d, false, &p)) ||
