@@ -1,8 +1,9 @@
 """compute-sanitizer cases for the Hopper square matmul kernels: the 128-row
 kernel with one and two tiles per CTA of 256 and of 192 columns, both weight
 layouts, partial row-blocks, groups of 2-16 CTAs, in all three modes
-(clusters and the grid's barrier: workspace_bytes=0; counters: a 4 MiB bound); then the 64-row kernel (n of 136
-to 512, partial row-blocks and halves, more row-blocks than CTAs). Arguments
+(clusters and the grid's barrier: workspace_bytes=0; counters: a 4 MiB
+bound); then the 64-row kernel (n of 136 to 512, partial row-blocks and
+halves, more row-blocks than CTAs). Arguments
 pick what runs: `rows` (the 64-row kernel) and modes (`wgmma_grid`, ...);
 none, everything.
 

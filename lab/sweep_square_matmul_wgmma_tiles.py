@@ -1,8 +1,9 @@
 """The Hopper wgmma kernel with one and with two tiles per CTA of 256 and of
 192 columns, in cluster, grid-barrier and counted mode (forced), and the
 policy's own choice with and without workspace, against torch.matmul:
-CUDA-event medians of back-to-back calls, bf16 x @ w. The plan's cost per round (kWgmmaRoundOverheadKSteps,
-docs/square_matmul.md) was fitted to these rows.
+CUDA-event medians of back-to-back calls, bf16 x @ w. The plan's cost per
+round (kWgmmaRoundOverheadKSteps, docs/square_matmul.md) was fitted to these
+rows.
 
     python lab/sweep_square_matmul_wgmma_tiles.py [ROWSxN ...]
 """

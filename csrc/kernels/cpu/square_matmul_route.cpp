@@ -148,12 +148,11 @@ bool plan_wgmma_rows(const Call& c, const Device& d, bool forced, Plan* out) {
 // The 128-row wgmma kernel in `mode`, for n up to 8192. Unforced (kNone,
 // kWgmma): counters when the bound has room for them, else the grid's
 // barrier (no memory); clusters only where the groups do not fit in one
-// cooperative grid. On an H100 the grid's barrier ran faster than clusters,
-// which leave SMs idle, and as fast as counters on a sweep, but 1-7% slower
-// in the benchmark at 16384 x 2048-4096 and 65536 x 768
-// (docs/square_matmul.md). Tiles of 192 columns where their plan costs less
-// than 256 columns' (more, smaller groups fill a last round that 256 columns
-// leave mostly empty).
+// cooperative grid. The grid's barrier ran faster than clusters, which
+// leave SMs idle, but mostly 1-3% slower than counters at the benchmark's
+// large shapes (H100 and H200, docs/square_matmul.md). Tiles of 192 columns
+// where their plan costs less than 256 columns' (more, smaller groups fill a
+// last round that 256 columns leave mostly empty).
 bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, Plan* out) {
   if (!wgmma_runs(c, d) || c.n > kernels::wgmma::kMaxN) return false;
   const int tiles = o.tiles_per_cta == 2 ? 2 : 1;
@@ -161,14 +160,12 @@ bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, 
     return [&c, &d, tiles, meet](int col_tile, RowBlockLaunch* l) { return wgmma_grid(c, d, tiles, col_tile, meet, l); };
   };
   RowBlockLaunch l;
-  out->counter_bytes = 0;
   const int64_t counter_bytes = kernels::row_block_counter_bytes(c.rows);
   const bool counted = mode != Forced::kWgmmaClusters && mode != Forced::kWgmmaGrid &&
                        counters_fit(c.workspace_bound, counter_bytes) &&
                        cheaper_width(c, o.col_tile, grid_plan(kernels::GroupMeet::kCounters), &l);
   if (counted) {
     out->route = Route::kWgmmaCounted;
-    out->counter_bytes = counter_bytes;
   } else if (mode == Forced::kWgmmaCounted) {
     return false;
   } else if (mode != Forced::kWgmmaClusters &&
@@ -182,6 +179,7 @@ bool plan_wgmma(const Call& c, const Device& d, const Override& o, Forced mode, 
     out->route = Route::kWgmmaClusters;
   }
   out->groups = l;
+  out->counter_bytes = counted ? counter_bytes : 0;
   return true;
 }
 

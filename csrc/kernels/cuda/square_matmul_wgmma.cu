@@ -27,7 +27,9 @@
 // Grid mode: the same groups without counters; at the end of each round of
 // row-blocks (one per group) each CTA's store warp meets every other at the
 // cooperative grid's barrier. The loads and the tensor work of the next
-// round go on meanwhile: only the stores wait.
+// round go on meanwhile: only the stores wait. The policy takes counters
+// where the bound has room for them, else the grid's barrier; clusters only
+// where a group does not fit in one cooperative grid.
 //
 // CTA layout (384 threads): warpgroup 0 issues the TMA loads (one thread),
 // and another of its warps tells the group "done" and issues the TMA stores;
