@@ -258,6 +258,48 @@ def test_inf_and_nan_rows_as_torch(device, dtype, width):
     assert torch.isnan(x[0]).all() and torch.isnan(x[1]).all()
 
 
+def check_short_rows(dtype: torch.dtype, width: int, scale: float | None) -> None:
+    """35 rows: two groups of 16 (8 on AVX2) through the CPU's transposed
+    short-row path and 3 left over, with -inf, NaN and +inf rows in both."""
+    x = torch.randn(35, width, dtype=dtype) * 4
+    x[3] = float("-inf")
+    x[17, width // 2] = float("nan")
+    x[20, width - 1] = float("inf")
+    x[33, : (width + 1) // 2] = float("-inf")
+    x[34] = float("-inf")
+    expected = reference(x, -1, scale)
+    make_inplace.softmax_(x, scale=scale)
+    assert_close(x, expected, dtype)
+    assert torch.isnan(x[3]).all() and torch.isnan(x[17]).all() and torch.isnan(x[34]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", [1, 5, 16, 33, 100, 128, 129])
+@pytest.mark.parametrize("scale", [None, 0.125])
+def test_cpu_short_rows_as_torch(dtype, width, scale):
+    check_short_rows(dtype, width, scale)
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_cpu_short_rows_on_narrower_vector_sets(capability):
+    """ATEN_CPU_CAPABILITY caps the CPU kernels' vector set (read once per
+    process): the AVX2 short-row path and the portable row path."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import itertools, torch, test_softmax as t\n"
+        "for d, w, s in itertools.product(t.DTYPES[1:], [1, 5, 8, 33, 128], [None, 0.125]):\n"
+        "    t.check_short_rows(d, w, s)\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
+               PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty_and_scalar(device):
     for shape, dim in [((0, 5), -1), ((4, 0), -1), ((4, 0), 0), ((), 0)]:
