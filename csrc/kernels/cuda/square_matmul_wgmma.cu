@@ -244,6 +244,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     StageRing<kStages> ring;
     int j = 0, parks = 0;
     float acc[Tile<kBN>::kAcc];
+    // One tile a CTA: its column tile is the same every round, so its bias
+    // is loaded once, here, not on the path of every park (where the load's
+    // latency held up the consumers: docs/square_matmul.md).
+    uint32_t bias_bits[Tile<kBN>::kAcc / 4];
+    if (kTiles == 1 && bias != nullptr) load_bias_bits(bias, int64_t{rank} * kBN, n, lane, bias_bits);
     const auto tiles = [&](int stage) {
       return StepTiles{shared_address(smem + stage * kStageBytes) + half * 64 * 128,
                        shared_address(smem + stage * kStageBytes + kATileBytes)};
@@ -251,12 +256,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Parks this warpgroup's half of acc as column tile c, once the store
     // warp has read the park's previous tile out.
     const auto park_acc = [&](int c) {
+      if (bias != nullptr && kTiles != 1) load_bias_bits(bias, int64_t{c} * kBN, n, lane, bias_bits);
       if (parks > 0) mbar_wait(park_free, (parks - 1) & 1);
-      const Elem* b = static_cast<const Elem*>(bias);
-      if (b != nullptr) {
-        park_tile<Elem, true, kBM>(acc, park, b, static_cast<int64_t>(c) * kBN, n, half * 64, warp, lane);
+      if (bias != nullptr) {
+        park_tile<Elem, true, kBM>(acc, park, bias_bits, half * 64, warp, lane);
       } else {
-        park_tile<Elem, false, kBM>(acc, park, b, static_cast<int64_t>(c) * kBN, n, half * 64, warp, lane);
+        park_tile<Elem, false, kBM>(acc, park, bias_bits, half * 64, warp, lane);
       }
       ++parks;
     };

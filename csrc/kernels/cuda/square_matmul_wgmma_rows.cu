@@ -128,9 +128,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int half = warpgroup - 1;  // columns half * 256 .. half * 256 + 255
-    const Elem* b = static_cast<const Elem*>(bias);
     StageRing<kStages> ring;
     float acc[128];
+    // The warpgroup's columns are the same every row-block: their bias is
+    // loaded once, not on each park's path.
+    uint32_t bias_bits[32];
+    if (bias != nullptr) load_bias_bits(bias, int64_t{half} * kHalfCols, n, lane, bias_bits);
     const auto tiles = [&](int stage) {
       return StepTiles{shared_address(smem + stage * kStageBytes),
                        shared_address(smem + stage * kStageBytes + kATileBytes + half * kHalfBytes)};
@@ -139,10 +142,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int last = run_k_steps<Elem, kWeightKMajor>(acc, ring, full, empty, k_tiles, lane, tiles);
       // The last stage stays held: the store warp frees it after the store.
       uint8_t* results = smem + last * kStageBytes + kATileBytes + half * kHalfBytes;
-      if (b != nullptr) {
-        park_tile<Elem, true, kBM>(acc, results, b, int64_t{half} * kHalfCols, n, 0, warp, lane);
+      if (bias != nullptr) {
+        park_tile<Elem, true, kBM>(acc, results, bias_bits, 0, warp, lane);
       } else {
-        park_tile<Elem, false, kBM>(acc, results, b, int64_t{half} * kHalfCols, n, 0, warp, lane);
+        park_tile<Elem, false, kBM>(acc, results, bias_bits, 0, warp, lane);
       }
       // Make the results visible to TMA, then tell the store warp.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -175,16 +175,38 @@ __device__ __forceinline__ int run_k_steps(float (&acc)[kAcc], StageRing<kStages
   return previous;
 }
 
-// Rounds a warpgroup's 64 x N accumulators (plus the bias in fp32) into
-// rows row0 .. row0 + 63 of a parked tile, in the 128-byte-swizzled layout of
-// the N / 64 kBoxRows x 64 TMA boxes that store it. wgmma's accumulator layout:
-// register 4i + {0, 1} holds row warp*16 + lane/4, columns 8i + 2(lane%4) +
-// {0, 1}; 4i + {2, 3} the same columns 8 rows down. That is stmatrix's 8 x 8
-// fragment layout, so one stmatrix.x4 writes column groups i and i + 1 of the
-// warp's 16 rows (a quarter of the instructions 4-byte stores take).
+// A 16-bit value's bits (the low half of `bits`) as float.
+__device__ __forceinline__ float bits_to_acc(__nv_bfloat16, uint32_t bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float bits_to_acc(__half, uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
+// The bias of the columns a lane holds in a 64 x N accumulator tile starting at
+// column col0 (wgmma's layout, below): columns 8g + 2(lane%4) + {0, 1} as one
+// 16-bit pair per column group g; 0 (+0.0) past n. Loaded ahead of the tile's
+// park, so that the park waits on no global load.
+template <int kGroups>
+__device__ __forceinline__ void load_bias_bits(const void* bias, int64_t col0, int n, int lane,
+                                               uint32_t (&bits)[kGroups]) {
+  const auto* b = static_cast<const unsigned short*>(bias);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t col = col0 + g * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
+    bits[g] = col < n ? b[col] | static_cast<uint32_t>(b[col + 1]) << 16 : 0u;
+  }
+}
+
+// Rounds a warpgroup's 64 x N accumulators (plus the bias in fp32, from
+// load_bias_bits) into rows row0 .. row0 + 63 of a parked tile, in the
+// 128-byte-swizzled layout of the N / 64 kBoxRows x 64 TMA boxes that store
+// it. wgmma's accumulator layout: register 4i + {0, 1} holds row warp*16 +
+// lane/4, columns 8i + 2(lane%4) + {0, 1}; 4i + {2, 3} the same columns 8 rows
+// down. That is stmatrix's 8 x 8 fragment layout, so one stmatrix.x4 writes
+// column groups i and i + 1 of the warp's 16 rows (a quarter of the
+// instructions 4-byte stores take).
 template <typename Elem, bool kBias, int kBoxRows, int kAcc>
-__device__ __forceinline__ void park_tile(const float (&acc)[kAcc], uint8_t* tile, const Elem* bias, int64_t col0,
-                                          int n, int row0, int warp, int lane) {
+__device__ __forceinline__ void park_tile(const float (&acc)[kAcc], uint8_t* tile,
+                                          const uint32_t (&bias_bits)[kAcc / 4], int row0, int warp, int lane) {
   // Lane l addresses row l % 8 of matrix l / 8: matrices 0 and 1 are the top
   // and bottom 8 rows of group i, 2 and 3 those of group i + 1.
   const int matrix = lane / 8;
@@ -196,8 +218,8 @@ __device__ __forceinline__ void park_tile(const float (&acc)[kAcc], uint8_t* til
     if constexpr (kBias) {
 #pragma unroll
       for (int g = 0; g < 2; ++g) {
-        const int64_t col = col0 + (i + g) * 8 + (lane % 4) * 2;  // n % 8 == 0: col < n covers col + 1
-        if (col < n) b[2 * g] = to_acc(bias[col]), b[2 * g + 1] = to_acc(bias[col + 1]);
+        b[2 * g] = bits_to_acc(Elem{}, bias_bits[i + g] & 0xffffu);
+        b[2 * g + 1] = bits_to_acc(Elem{}, bias_bits[i + g] >> 16);
       }
     }
     // Without a bias the sums are skipped (x + 0.f is not free: it turns -0 into +0).
