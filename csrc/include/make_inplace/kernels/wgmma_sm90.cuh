@@ -26,7 +26,6 @@ constexpr int kWBoxBytes = kBK * kBoxCols * 2; // a 64 x 64 box of w (no transpo
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 using rowwise::pack_pair;
-using rowwise::to_acc;
 using sm90::shared_address;
 
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
