@@ -533,6 +533,24 @@ def test_cuda_wgmma_kernel_runs_at_the_benchmark_shapes(rows, n, dtype, workspac
 
 
 @requires_hopper
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_wgmma_counters_start_from_any_contents(transpose):
+    """The counted mode's counters come from the caching allocator as they are
+    (the kernel zeroes them itself): a block of their size left all ones, which
+    the allocator hands back for them, must not let a group write early."""
+    rows, n = 40000, 1024
+    counter_bytes = (rows + 127) // 128 * 4
+    for _ in range(3):
+        x, w, b = make(rows, n, torch.bfloat16, "cuda", bias=True)
+        expected = reference(x, w, b, transpose)
+        dirty = torch.full((counter_bytes,), 0xFF, dtype=torch.uint8, device="cuda")
+        del dirty
+        names = _kernel_names(lambda: make_inplace.square_matmul_(x, w, b, transpose=transpose))
+        assert "square_matmul_wgmma" in names, names
+        assert relative_error(x, expected) < TOL[torch.bfloat16], relative_error(x, expected)
+
+
+@requires_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_wgmma_kernel_declines_misaligned_x(dtype):
     """TMA needs 16-byte aligned rows: an x at a 2-byte offset takes another kernel, still

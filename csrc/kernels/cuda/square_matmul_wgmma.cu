@@ -23,7 +23,8 @@
 // Counted mode: clusters must fit in a GPC and leave SMs idle. Given a
 // counter per row-block, a cooperative grid of plain CTAs (all resident)
 // fills every SM instead: groups of consecutive CTAs play the clusters, and
-// "done" is an add to the row-block's counter, awaited with acquire loads.
+// "done" is an add to the row-block's counter, awaited with acquire loads;
+// the launch zeroes the counters itself, behind one grid barrier at its start.
 // Grid mode: the same groups without counters; at the end of each round of
 // row-blocks (one per group) each CTA's store warp meets every other at the
 // cooperative grid's barrier. The loads and the tensor work of the next
@@ -213,6 +214,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_arrive(park_free);
       };
       const bool holds = kTiles == 2 && rank + ctas < col_tiles;
+      // Counted mode: the launch zeroes its own counters (no memset launch
+      // before it), each CTA its share, and the CTAs meet once at the grid's
+      // barrier before the first count. Meanwhile the first tiles compute.
+      if (counters != nullptr && lane == 0) {
+        for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) counters[rb] = 0;
+        uint32_t* word = row_block_groups::grid_barrier_word();
+        grid_wait(word, grid_arrive(word));
+      }
+      __syncwarp();
       int j = 0;
       for (int rb = cluster; rb < row_blocks; rb += clusters, ++j) {
         // This warp, not the consumers, tells the group: the release at
@@ -410,10 +420,6 @@ cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const v
   if (!encode_map(&x_map, kind, x, rows, n, kBM) ||
       !encode_map(&w_map, kind, w, n, n, transpose ? launch.col_tile : kBK)) {
     return cudaErrorInvalidValue;
-  }
-  if (counted) {
-    const cudaError_t zeroed = cudaMemsetAsync(counters, 0, row_block_counter_bytes(rows), stream);
-    if (zeroed != cudaSuccess) return zeroed;
   }
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config =

@@ -38,8 +38,8 @@ Residency square_matmul_wgmma_residency(ScalarKind kind, bool transpose, int til
 // `launch` as the routing policy planned it (groups of group_ctas CTAs, each
 // computing tiles_per_cta tiles of col_tile columns, meeting as launch.meet
 // says). counters: row_block_counter_bytes(rows) bytes of device memory,
-// zeroed here on `stream`, for GroupMeet::kCounters, else null. Launches one
-// kernel and returns its launch error (cudaErrorNotSupported or
+// any contents (the kernel zeroes them), for GroupMeet::kCounters, else null.
+// Launches one kernel and returns its launch error (cudaErrorNotSupported or
 // cudaErrorInvalidValue for a case outside the above, before anything is
 // written).
 cudaError_t square_matmul_wgmma(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
