@@ -26,6 +26,11 @@ constexpr int64_t kRowBuffer = 4096;
 // transposes (softmax_short_rows): float32 (4096, 32) 2.7x faster on one
 // AVX-512 core, (4096, 128) 1.15x.
 constexpr int64_t kShortRow = 128;
+// Rows per parallel item on that path: the widest vector's lanes (AVX-512's
+// 16, a multiple of AVX2's 8), so that every group starts at a multiple of
+// the width whatever the chunks, and each row takes the same path (and
+// rounding) at any thread count.
+constexpr int64_t kShortGroupRows = 16;
 
 struct Call {
   void* x;
@@ -431,7 +436,11 @@ int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n, int6
   if (kind == ScalarKind::kFloat64) {
     cpu_parallel_for(outer, grain(call), [&](int64_t b, int64_t e) { forward_double(call, b, e); });
   } else if (inner == 1) {
-    cpu_parallel_for(outer, grain(call), [&](int64_t b, int64_t e) { run_typed<RowsForward>(kind, &call, b, e); });
+    const bool short_rows = mask.data == nullptr && causal_rows == 0 && n <= kShortRow;
+    const int64_t unit = short_rows ? kShortGroupRows : 1;
+    cpu_parallel_for((outer + unit - 1) / unit, (grain(call) + unit - 1) / unit, [&](int64_t b, int64_t e) {
+      run_typed<RowsForward>(kind, &call, b * unit, std::min(outer, e * unit));
+    });
   } else {
     cpu_parallel_for(items(call), grain(call),
                      [&](int64_t b, int64_t e) { run_typed<ColumnsForward>(kind, &call, b, e); });
