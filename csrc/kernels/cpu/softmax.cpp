@@ -38,6 +38,7 @@ struct Call {
   double scale;
   int64_t causal_rows;
   const MaskLayout* mask;
+  bool short_rows;  // no mask, not causal, n <= kShortRow: groups of rows transposed
 };
 
 int64_t outer_mask_offset(const MaskLayout& m, int64_t o) {
@@ -246,7 +247,7 @@ struct RowsForward {
     const int64_t n = call->n;
     int64_t o = begin;
     if constexpr (V::kWidth > 1) {
-      if (mk == nullptr && call->causal_rows == 0 && n <= kShortRow) {
+      if (call->short_rows) {
         for (; o + V::kWidth <= end; o += V::kWidth)
           softmax_short_rows<V>(static_cast<T*>(call->x) + o * n, n, static_cast<float>(call->scale),
                                 call->scale != 1.0);
@@ -432,11 +433,11 @@ void run_typed(ScalarKind kind, const Args* args, int64_t begin, int64_t end) {
 
 int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n, int64_t inner, double scale,
                         int64_t causal_rows, const MaskLayout& mask) {
-  const Call call{x, outer, n, inner, scale, causal_rows, &mask};
+  const bool short_rows = inner == 1 && mask.data == nullptr && causal_rows == 0 && n <= kShortRow;
+  const Call call{x, outer, n, inner, scale, causal_rows, &mask, short_rows};
   if (kind == ScalarKind::kFloat64) {
     cpu_parallel_for(outer, grain(call), [&](int64_t b, int64_t e) { forward_double(call, b, e); });
   } else if (inner == 1) {
-    const bool short_rows = mask.data == nullptr && causal_rows == 0 && n <= kShortRow;
     const int64_t unit = short_rows ? kShortGroupRows : 1;
     cpu_parallel_for((outer + unit - 1) / unit, (grain(call) + unit - 1) / unit, [&](int64_t b, int64_t e) {
       run_typed<RowsForward>(kind, &call, b * unit, std::min(outer, e * unit));
@@ -450,7 +451,7 @@ int softmax_forward_cpu(ScalarKind kind, void* x, int64_t outer, int64_t n, int6
 
 int softmax_backward_cpu(ScalarKind kind, const void* grad_output, const void* y, void* grad_input, int64_t outer,
                          int64_t n, int64_t inner, double scale) {
-  const BackwardCall call{grad_output, y, grad_input, Call{nullptr, outer, n, inner, scale, 0, nullptr}};
+  const BackwardCall call{grad_output, y, grad_input, Call{nullptr, outer, n, inner, scale, 0, nullptr, false}};
   if (kind == ScalarKind::kFloat64) {
     cpu_parallel_for(outer, grain(call.shape), [&](int64_t b, int64_t e) {
       backward_double(static_cast<const double*>(grad_output), static_cast<const double*>(y),
