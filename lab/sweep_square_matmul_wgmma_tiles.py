@@ -1,9 +1,13 @@
 """The Hopper wgmma kernel with one and with two tiles per CTA of 256 and of
 192 columns, in cluster, grid-barrier and counted mode (forced), and the
 policy's own choice with and without workspace, against torch.matmul:
-CUDA-event medians of back-to-back calls, bf16 x @ w. The plan's cost per
-round (kWgmmaRoundOverheadKSteps, docs/square_matmul.md) was fitted to these
-rows.
+bf16 x @ w, us per call of batches of back-to-back calls, the variants'
+batches interleaved round by round in a rotating order and the median over
+the rounds taken. (Timing each variant's calls together, one variant after
+another, favoured the first ones: a card that has run GEMMs for a few seconds
+runs slower, and at 16384 x 2048 the same plan read 186 us second and 210
+us last.) The plan's cost per round (kWgmmaRoundOverheadKSteps,
+docs/square_matmul.md) was fitted to rows timed the old way.
 
     python lab/sweep_square_matmul_wgmma_tiles.py [ROWSxN ...]
 """
@@ -11,6 +15,7 @@ rows.
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 
 import torch
@@ -24,19 +29,17 @@ WIDTHS = (256, 192)
 MODES = {"clusters": ("wgmma_clusters", 0), "grid": ("wgmma_grid", 0), "counted": ("wgmma_counted", 4 << 20)}
 
 
-def gpu_us(fn, calls: int = 20, rounds: int = 7) -> float:
-    for _ in range(3):
+ROUNDS = 15
+
+
+def batch_us(fn, calls: int = 10) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
         fn()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls * 1e3)
-    return sorted(times)[len(times) // 2]
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls * 1e3
 
 
 def variant(fn) -> str:
@@ -52,11 +55,14 @@ def variant(fn) -> str:
 
 def main() -> None:
     shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:]] or SHAPES
-    print(torch.cuda.get_device_name(), torch.__version__, "(us per call, the better of two alternated rounds;"
+    print(torch.cuda.get_device_name(), torch.__version__, "(us per call, medians of interleaved rounds;"
           " mode xTILES/WIDTH)")
     for rows, n in shapes:
         x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16) / n**0.5
+        # Orthogonal: x keeps its norm under the sweep's thousands of in-place
+        # calls, so every variant times the same data (a Gaussian w grew x's
+        # largest entry 23x over 400 calls).
+        w = torch.linalg.qr(torch.randn(n, n, device="cuda"))[0].to(torch.bfloat16)
         calls = {"torch": (lambda: torch.matmul(x, w), None, {})}
         for name, bound in [("default", None), ("ws=0", 0)]:
             calls[name] = (lambda b=bound: make_inplace.square_matmul_(x, w, workspace_bytes=b), None, {})
@@ -79,12 +85,19 @@ def main() -> None:
                 ran = variant(fn) if key != "torch" else ""
             want = f"{kwargs['tiles_per_cta']}/{kwargs['col_tile']}" if kwargs else ran
             labels[key] = key if key == "torch" else f"{key} {ran}" if ran == want else f"{key} (ran {ran})"
-        best = {}
-        for _ in range(2):
-            for key, (fn, route, kwargs) in calls.items():
+        keys = list(calls)
+        times = {key: [] for key in keys}
+        for key in keys:
+            fn, route, kwargs = calls[key]
+            with forced_route(route, **kwargs):
+                batch_us(fn, calls=3)
+        for r in range(ROUNDS):
+            for key in keys[r % len(keys):] + keys[: r % len(keys)]:
+                fn, route, kwargs = calls[key]
                 with forced_route(route, **kwargs):
-                    best[key] = min(best.get(key, float("inf")), gpu_us(fn))
-        print(f"{rows:6d} x {n:5d}  " + "  ".join(f"{labels[k]} {v:7.1f}" for k, v in best.items()), flush=True)
+                    times[key].append(batch_us(fn))
+        median = {key: statistics.median(v) for key, v in times.items()}
+        print(f"{rows:6d} x {n:5d}  " + "  ".join(f"{labels[k]} {v:7.1f}" for k, v in median.items()), flush=True)
 
 
 if __name__ == "__main__":
