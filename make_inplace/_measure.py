@@ -12,6 +12,7 @@ events (``cpu_peak_extra``). docs/memory.md says why each is honest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import statistics
@@ -105,28 +106,50 @@ def peak_extra(fn: Callable[[], object], device: torch.device) -> PeakExtra:
     return PeakExtra(reserved=peak, allocated=peak)
 
 
-# Cycles of the spin kernel queued ahead of each timed CUDA call: about
-# 0.1 ms on an H100/H200, longer than one call's host-side launch work.
+# Cycles of the spin kernel queued ahead of each timed CUDA call, at least:
+# about 0.1 ms on an H100/H200, longer than one op's host-side launch work.
 HOST_AHEAD_CYCLES = 200_000
+
+
+@functools.lru_cache(maxsize=None)
+def _spin_cycles_per_ms(device_index: int) -> float:
+    """The spin kernel's cycles per millisecond on this device (timed once)."""
+    with torch.cuda.device(device_index):
+        torch.cuda._sleep(HOST_AHEAD_CYCLES)  # first launch out of the way
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(5 * HOST_AHEAD_CYCLES)
+        end.record()
+        end.synchronize()
+        return 5 * HOST_AHEAD_CYCLES / start.elapsed_time(end)
 
 
 def time_ms(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, reps: int = 20) -> float:
     """Median time of one call of ``fn`` in milliseconds.
 
-    On CUDA: GPU time between CUDA events, one call per pair. A short spin
-    kernel is queued before the start event, so the call's kernels are
-    already queued when the GPU reaches it and the host's launch time is not
-    counted (as inside a model, where the host runs ahead of the GPU); a call
-    whose host work outlasts its kernels still shows it, as gaps between them.
+    On CUDA: GPU time between CUDA events, one call per pair. A spin kernel
+    is queued before the start event, long enough that the host has queued
+    all of the call's kernels before the GPU reaches them: at least
+    HOST_AHEAD_CYCLES, and twice the call's host time in the warm-up calls
+    (a layer of a dozen kernels takes longer to launch than 0.1 ms, and its
+    time then depended on how fast the host ran). So the host's launch time
+    is not counted, as inside a model, where the host runs ahead of the GPU;
+    ``lab/host_time.py`` measures it.
     """
+    host = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
+        host.append(time.perf_counter() - t0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        ahead_ms = 2e3 * min(host) if host else 0.0
+        cycles = max(HOST_AHEAD_CYCLES, int(ahead_ms * _spin_cycles_per_ms(index)))
         times = []
         for _ in range(reps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(HOST_AHEAD_CYCLES)
+            torch.cuda._sleep(cycles)
             start.record()
             fn()
             end.record()
