@@ -18,18 +18,9 @@ import torch.nn.functional as F
 
 import make_inplace
 from make_inplace._measure import time_ms
+from sweep_square_matmul_wgmma_tiles import batch_us  # lab/ is the script's path
 
 SHAPES = [(16384, 512), (65536, 768), (40000, 1024), (16384, 2048), (16384, 4096), (8192, 1024), (8192, 768)]
-
-
-def batch_us(fn, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls * 1e3
 
 
 def main() -> None:
