@@ -130,7 +130,7 @@ def time_ms(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, 
     On CUDA: GPU time between CUDA events, one call per pair. A spin kernel
     is queued before the start event, long enough that the host has queued
     all of the call's kernels before the GPU reaches them: at least
-    HOST_AHEAD_CYCLES, and twice the call's host time in the warm-up calls
+    HOST_AHEAD_CYCLES, and twice the shortest host time of the warm-up calls
     (a layer of a dozen kernels takes longer to launch than 0.1 ms, and its
     time then depended on how fast the host ran). So the host's launch time
     is not counted, as inside a model, where the host runs ahead of the GPU;
