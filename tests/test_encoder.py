@@ -243,3 +243,60 @@ def test_cuda_converted_layer_forward_peak_below_torch_eager(dtype):
         del ref, module, x
     assert peaks["torch"].allocated - peaks["ours"].allocated >= removed
     assert peaks["torch"].reserved - peaks["ours"].reserved >= removed
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the aten ops a forward dispatches."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@CUDA
+@pytest.mark.parametrize("case, fused", [("no_grad", True), ("grad", False), ("gelu", False), ("no_bias", False)])
+def test_cuda_relu_feed_forward_runs_as_one_gemm_where_no_graph_is_recorded(case, fused):
+    """linear1 + ReLU take cuBLASLt's bias + ReLU epilogue (one aten op, no relu_)
+    only where nothing needs a backward (the fused op has none) and with a bias;
+    the output matches torch's eager layer (its fast path fuses gelu as the tanh
+    approximation, so it is off for the comparison)."""
+    torch.manual_seed(7)
+    kw = {"activation": "gelu"} if case == "gelu" else {"bias": False} if case == "no_bias" else {}
+    ref, ours = _pair(64, 4, 256, dtype=torch.float32, device="cuda", dropout=0.0, **kw)
+    ref.eval(), ours.eval()
+    x = torch.randn(3, 17, 64, device="cuda")
+    with torch.set_grad_enabled(case == "grad"):
+        xx = x.clone().requires_grad_(case == "grad")
+        with _AtenOps() as ops:
+            y = ours(xx)
+    assert ("_addmm_activation" in ops.names) == fused, ops.names
+    assert ("relu_" in ops.names) == (not fused and case != "gelu"), ops.names
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            expected = ref(x)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
+    torch.testing.assert_close(y.detach(), expected, rtol=TOL[torch.float32], atol=TOL[torch.float32])
+
+
+@CUDA
+def test_cuda_feed_forward_under_autocast_is_not_fused():
+    """Autocast casts linear1's operands; the fused op is not on its list, so the
+    feed-forward keeps F.linear there (the block alone: the attention's in-place
+    out-projection does not take autocast's mixed dtypes)."""
+    _, ours = _pair(64, 4, 256, dtype=torch.float32, device="cuda", dropout=0.0)
+    ours.eval()
+    x = torch.randn(3, 17, 64, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+        with _AtenOps() as ops:
+            y = ours._ff_block(x)
+        expected = ours.linear2(torch.relu(ours.linear1(x)))
+    assert "_addmm_activation" not in ops.names and "relu_" in ops.names, ops.names
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(y, expected, rtol=TOL[torch.float16], atol=TOL[torch.float16])

@@ -57,7 +57,11 @@ class InplaceTransformerEncoderLayer(nn.Module):
       run out of place: their input is still needed for the residual;
     * activation and dropouts in place where autograd allows (relu always;
       gelu and dropout only without a graph, since their backward would read
-      the overwritten values).
+      the overwritten values);
+    * on CUDA without a graph, ``linear1`` and ReLU as one GEMM with a bias +
+      ReLU epilogue (``torch._addmm_activation``, as torch's fast path runs
+      it): the feed-forward activation is written once, not written and then
+      read and written again.
 
     Training with autograd works and matches torch's gradients. Nested
     tensors are refused: inside ``nn.TransformerEncoder`` set
@@ -173,8 +177,14 @@ class InplaceTransformerEncoderLayer(nn.Module):
         return self._dropout_(h, self.dropout1, saved_by_backward=False)
 
     def _ff_block(self, x):
-        h = self.linear1(x)
         kind, approximate = _activation_kind(self.activation)
+        if kind == "relu" and self._fused_relu_applies(x):
+            # cuBLASLt's bias + ReLU epilogue: the activation is written once,
+            # where linear1 then relu_ would read and write it again.
+            w, b = self.linear1.weight, self.linear1.bias
+            h = torch._addmm_activation(b, x.reshape(-1, x.shape[-1]), w.t()).view(*x.shape[:-1], w.shape[0])
+            return self._ff_tail(h, kind)
+        h = self.linear1(x)
         grad = torch.is_grad_enabled() and h.requires_grad
         if kind == "relu":
             h = torch.relu_(h)  # relu's backward reads its output, which is this buffer
@@ -182,6 +192,17 @@ class InplaceTransformerEncoderLayer(nn.Module):
             h = torch.ops.aten.gelu_(h, approximate=approximate)
         else:
             h = self.activation(h)
+        return self._ff_tail(h, kind)
+
+    def _fused_relu_applies(self, x: torch.Tensor) -> bool:
+        """Whether linear1 + ReLU can run as one GEMM with an epilogue: on CUDA,
+        with a bias, and with no graph to record (the fused op has no backward)."""
+        w, b = self.linear1.weight, self.linear1.bias
+        if not x.is_cuda or b is None or x.dtype != w.dtype or torch.is_autocast_enabled("cuda"):
+            return False
+        return not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or b.requires_grad))
+
+    def _ff_tail(self, h: torch.Tensor, kind: str) -> torch.Tensor:
         # relu_ saved h for its backward, gelu its input; another callable may have saved either.
         h = self._dropout_(h, self.dropout, saved_by_backward=kind != "gelu")
         h = self.linear2(h)
