@@ -369,3 +369,28 @@ def test_cuda_weights_use_one_scores_buffer_where_torch_uses_two():
     small = n * length * e * 2
     assert peaks["torch"].allocated - peaks["ours"].allocated >= scores_bytes - small
     assert peaks["torch"].reserved - peaks["ours"].reserved >= scores_bytes - small
+
+
+@pytest.mark.parametrize("device, amp", [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=CUDA)])
+@pytest.mark.parametrize("need", [True, False])
+@pytest.mark.parametrize("src_dtype", ["float32", "amp"])
+def test_autocast_matches_torch(device, amp, need, src_dtype):
+    """Under torch.autocast the in-place out-projection takes the autocast dtype
+    (its weight cast as autocast casts nn.Linear's); outputs match torch's layer
+    (fast path off, which autocast on the CPU would otherwise take) in dtype and value."""
+    torch.manual_seed(5)
+    ref = nn.MultiheadAttention(64, 4, batch_first=True, device=device).eval()
+    ours = InplaceMultiheadAttention.from_torch(ref)
+    x = torch.randn(2, 9, 64, device=device, dtype=torch.float32 if src_dtype == "float32" else amp)
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), torch.autocast(device, dtype=amp):
+            expected, expected_w = ref(x, x, x, need_weights=need)
+            y, w = ours(x, x, x, need_weights=need)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
+    assert y.dtype == expected.dtype
+    torch.testing.assert_close(y, expected, rtol=TOL[amp], atol=TOL[amp])
+    if need:
+        torch.testing.assert_close(w, expected_w, rtol=TOL[amp], atol=TOL[amp])

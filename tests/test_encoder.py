@@ -300,3 +300,44 @@ def test_cuda_feed_forward_under_autocast_is_not_fused():
     assert "_addmm_activation" not in ops.names and "relu_" in ops.names, ops.names
     assert y.dtype == torch.float16
     torch.testing.assert_close(y, expected, rtol=TOL[torch.float16], atol=TOL[torch.float16])
+
+
+@pytest.mark.parametrize("device, amp", [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=CUDA)])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("src_dtype", ["float32", "amp"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_autocast_matches_torch_eager(device, amp, norm_first, src_dtype, grad):
+    """Under torch.autocast: torch's eager layer's output dtype and values (its
+    fast path off: on the CPU it would take it under autocast) and src untouched.
+    Gradients, where a graph is recorded, against the layer in float64 without
+    autocast: within the tolerance or twice torch's own error (as in
+    test_cuda_matches_torch)."""
+    torch.manual_seed(6)
+    ref, ours = _pair(64, 4, 128, dtype=torch.float32, device=device, dropout=0.0, norm_first=norm_first)
+    truth = copy.deepcopy(ref).double()
+    if not grad:
+        ref.eval(), ours.eval(), truth.eval()
+    src = torch.randn(2, 9, 64, device=device, dtype=torch.float32 if src_dtype == "float32" else amp)
+    fast_path = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    results = []
+    try:
+        for module in (truth, ref, ours):
+            x = src.to(next(module.parameters()).dtype, copy=True).requires_grad_(grad)
+            with torch.set_grad_enabled(grad), torch.autocast(device, dtype=amp, enabled=module is not truth):
+                y = module(x)
+            if grad:
+                y.double().square().sum().backward()
+            assert torch.equal(x.detach().to(src.dtype), src)
+            results.append((y.detach(), x.grad, [p.grad for p in module.parameters()]))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast_path)
+    exact, (expected, *theirs), (y, *mine) = results
+    tol = TOL[amp]
+    assert y.dtype == expected.dtype
+    torch.testing.assert_close(y, expected, rtol=2 * tol, atol=2 * tol)
+    if grad:
+        names = ["x"] + [name for name, _ in ours.named_parameters()]
+        for name, g_exact, g_torch, g_ours in zip(names, [exact[1], *exact[2]], [theirs[0], *theirs[1]], [mine[0], *mine[1]]):
+            bound = max(tol * max(1.0, g_exact.abs().max().item()), 2 * _grad_error(g_torch, g_exact))
+            assert _grad_error(g_ours, g_exact) <= bound, (name, _grad_error(g_ours, g_exact), bound)

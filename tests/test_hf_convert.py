@@ -244,6 +244,21 @@ def test_grad_mode_runs_transformers_forward_with_identical_results(kind, monkey
             assert torch.equal(p.grad, p_ref.grad), name
 
 
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_autocast_runs_transformers_forward_with_identical_results(kind, monkeypatch):
+    """Under torch.autocast the blocks (one dtype throughout) step aside: the
+    output is transformers' own, dtype included."""
+    ref = _tiny(kind)
+    model = convert(copy.deepcopy(ref))
+    spy = _Spy(monkeypatch, FAMILY_MODULE[kind])
+    inputs = _inputs(kind)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, got = _outputs(ref(**inputs)), _outputs(model(**inputs))
+    assert spy.calls == 0
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and torch.equal(g, e)
+
+
 def test_training_mode_and_output_recording_fall_back(monkeypatch):
     ref = _tiny("llama")
     model = convert(copy.deepcopy(ref))

@@ -457,3 +457,28 @@ def test_cuda_current_stream():
         make_inplace.layer_norm_(x, 4096)
     torch.cuda.current_stream().wait_stream(s)
     torch.testing.assert_close(x, expected)
+
+
+@pytest.mark.parametrize("device, amp", [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=CUDA)])
+@pytest.mark.parametrize("x_dtype", [torch.float32, "amp"])
+def test_module_under_autocast_has_torchs_dtype(device, amp, x_dtype):
+    """InplaceLayerNorm under torch.autocast: nn.LayerNorm's dtype and values; in
+    place where that is x's dtype, else a new tensor and x untouched."""
+    torch.manual_seed(8)
+    ref = torch.nn.LayerNorm(40, device=device)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5), ref.bias.normal_()
+    ours = InplaceLayerNorm(40, device=device)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 40, device=device, dtype=amp if x_dtype == "amp" else x_dtype)
+    before = x.clone()
+    with torch.no_grad(), torch.autocast(device, dtype=amp):
+        expected = ref(x)
+        y = ours(x)
+    assert y.dtype == expected.dtype
+    tol = TOL[amp]
+    torch.testing.assert_close(y, expected, rtol=tol, atol=tol)
+    if y.dtype == x.dtype:
+        assert y.data_ptr() == x.data_ptr()
+    else:
+        assert torch.equal(x, before)

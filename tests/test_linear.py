@@ -110,3 +110,30 @@ def test_non_contiguous_input_is_refused_and_left_unchanged():
 
 def test_exported():
     assert make_inplace.nn.InplaceLinear is InplaceLinear
+
+
+AUTOCAST = [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=CUDA), pytest.param("cuda", torch.bfloat16, marks=CUDA)]
+
+
+@pytest.mark.parametrize("device, amp", AUTOCAST)
+@pytest.mark.parametrize("bias", [True, False])
+def test_autocast_follows_linears_dtype(device, amp, bias):
+    """Under torch.autocast: an input in the autocast dtype is overwritten with
+    the result (weight and bias cast as autocast casts them); a float32 input is
+    left alone and the result is new, in the autocast dtype, as nn.Linear's."""
+    torch.manual_seed(3)
+    ref, ours = _pair(48, bias, device, torch.float32)
+    ours.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no out-of-place warning: the weight is not trained here
+        for x in (torch.randn(5, 48, device=device, dtype=amp), torch.randn(5, 48, device=device)):
+            before = x.clone()
+            with torch.no_grad(), torch.autocast(device, dtype=amp):
+                expected = ref(x)
+                y = ours(x)
+            assert y.dtype == expected.dtype == amp
+            torch.testing.assert_close(y, expected, rtol=TOL[amp], atol=TOL[amp])
+            if x.dtype == amp:
+                assert y.data_ptr() == x.data_ptr()
+            else:
+                assert torch.equal(x, before)

@@ -541,3 +541,22 @@ def test_cuda_current_stream():
         make_inplace.softmax_(x)
     torch.cuda.current_stream().wait_stream(s)
     torch.testing.assert_close(x, expected)
+
+
+@pytest.mark.parametrize("device, amp", [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=CUDA)])
+@pytest.mark.parametrize("x_dtype", [torch.float32, "amp"])
+def test_module_under_autocast_has_torchs_dtype(device, amp, x_dtype):
+    """InplaceSoftmax under torch.autocast: nn.Softmax's dtype and values; in
+    place where that is x's dtype, else a new tensor and x untouched."""
+    torch.manual_seed(9)
+    x = torch.randn(6, 40, device=device, dtype=amp if x_dtype == "amp" else x_dtype)
+    before = x.clone()
+    with torch.no_grad(), torch.autocast(device, dtype=amp):
+        expected = torch.nn.Softmax(-1)(x)
+        y = InplaceSoftmax(-1)(x)
+    assert y.dtype == expected.dtype
+    torch.testing.assert_close(y, expected, rtol=TOL[y.dtype], atol=TOL[y.dtype])
+    if y.dtype == x.dtype:
+        assert y.data_ptr() == x.data_ptr()
+    else:
+        assert torch.equal(x, before)

@@ -93,7 +93,7 @@ class EmbeddingsMixin:
         inputs_embeds: torch.Tensor | None = None,
         past_key_values_length: int = 0,
     ) -> torch.Tensor:
-        if not inference_only(self, inputs_embeds) or (input_ids is None) == (inputs_embeds is None):
+        if not inference_only(self, inputs_embeds, input_ids) or (input_ids is None) == (inputs_embeds is None):
             return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds, past_key_values_length)
         batch, seq_len = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
         if position_ids is None:

@@ -115,8 +115,13 @@ def writable(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def inference_only(module: nn.Module, *tensors: torch.Tensor | None) -> bool:
-    """The in-place path applies: eval mode, nothing recorded by autograd or by transformers."""
+    """The in-place path applies: eval mode, nothing recorded by autograd or by
+    transformers, and no torch.autocast on the tensors' devices (there
+    transformers' forward runs, whose ops autocast casts one by one; the blocks
+    take one dtype throughout)."""
     if module.training or recording():
+        return False
+    if any(t is not None and torch.is_autocast_enabled(t.device.type) for t in tensors):
         return False
     if torch.is_grad_enabled():
         if any(t is not None and t.requires_grad for t in tensors):

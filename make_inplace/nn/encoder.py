@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.layer_norm import layer_norm_
+from ._autocast import linear_dtype
 from .attention import InplaceMultiheadAttention
+from .layer_norm import layer_norm_module_
 
 
 def _activation_kind(activation: Callable) -> tuple[str, str]:
@@ -35,6 +36,15 @@ def _resolve_activation(activation: str | Callable) -> Callable:
     return activation
 
 
+def _add_residual_(branch: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """branch + x in branch's buffer (a fresh one the layer made), or a new tensor
+    where the sum is wider than branch (a float32 x plus an autocast branch), as
+    torch's layer adds them."""
+    if torch.result_type(branch, x) == branch.dtype:
+        return branch.add_(x)
+    return branch + x
+
+
 class InplaceTransformerEncoderLayer(nn.Module):
     """``nn.TransformerEncoderLayer(batch_first=True)`` with in-place steps.
 
@@ -58,6 +68,10 @@ class InplaceTransformerEncoderLayer(nn.Module):
     * activation and dropouts in place where autograd allows (relu always;
       gelu and dropout only without a graph, since their backward would read
       the overwritten values);
+    * under ``torch.autocast``, torch's dtypes: a residual sum wider than its
+      branch (float32 ``src`` plus an autocast branch) and a layer norm whose
+      autocast dtype differs from its input's are new tensors, as in torch's
+      layer; the rest stays in place;
     * on CUDA without a graph, ``linear1`` and ReLU as one GEMM with a bias +
       ReLU epilogue (``torch._addmm_activation``, as torch's fast path runs
       it): the feed-forward activation is written once, not written and then
@@ -153,17 +167,13 @@ class InplaceTransformerEncoderLayer(nn.Module):
         x = src
         if self.norm_first:
             h = self._sa_block(F.layer_norm(x, self.norm1.normalized_shape, self.norm1.weight, self.norm1.bias, self.norm1.eps), src_mask, src_key_padding_mask, is_causal)
-            x = h.add_(x)  # x is ours from here on
+            x = _add_residual_(h, x)  # x is ours from here on
             y = self._ff_block(F.layer_norm(x, self.norm2.normalized_shape, self.norm2.weight, self.norm2.bias, self.norm2.eps))
-            return y.add_(x)
+            return _add_residual_(y, x)
         h = self._sa_block(x, src_mask, src_key_padding_mask, is_causal)
-        x = self._norm_(h.add_(x), self.norm1)
+        x = layer_norm_module_(_add_residual_(h, x), self.norm1)
         y = self._ff_block(x)
-        return self._norm_(y.add_(x), self.norm2)
-
-    @staticmethod
-    def _norm_(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-        return layer_norm_(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+        return layer_norm_module_(_add_residual_(y, x), self.norm2)
 
     def _dropout_(self, x: torch.Tensor, module: nn.Dropout, *, saved_by_backward: bool) -> torch.Tensor:
         if not self.training or module.p == 0.0:
@@ -198,7 +208,7 @@ class InplaceTransformerEncoderLayer(nn.Module):
         """Whether linear1 + ReLU can run as one GEMM with an epilogue: on CUDA,
         with a bias, and with no graph to record (the fused op has no backward)."""
         w, b = self.linear1.weight, self.linear1.bias
-        if not x.is_cuda or b is None or x.dtype != w.dtype or torch.is_autocast_enabled("cuda"):
+        if not x.is_cuda or b is None or x.dtype != w.dtype or linear_dtype(x) is not None:
             return False
         return not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or b.requires_grad))
 

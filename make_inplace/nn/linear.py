@@ -9,19 +9,30 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.square_matmul import square_matmul_
+from ._autocast import linear_dtype
 
 
 def linear_maybe_inplace(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, workspace_bytes: int | None = None
 ) -> tuple[torch.Tensor, bool]:
-    """``x @ weight.T + bias`` over x's memory when autograd allows it.
+    """``x @ weight.T + bias`` over x's memory when autograd and autocast allow it.
 
     Returns (result, done_in_place). Out of place when the weight requires grad
-    under grad mode: dW = x^T @ dy needs the x that an in-place product destroys.
-    ``workspace_bytes`` goes to ``square_matmul_`` (None: its default bound).
+    under grad mode (dW = x^T @ dy needs the x that an in-place product
+    destroys), and under torch.autocast when x is not in the autocast dtype
+    (``F.linear`` would return a new tensor in that dtype). Under autocast with
+    x in its dtype, the weight and bias are cast to it, as autocast casts them
+    for ``F.linear``. ``workspace_bytes`` goes to ``square_matmul_`` (None: its
+    default bound).
     """
     if torch.is_grad_enabled() and weight.requires_grad:
         return F.linear(x, weight, bias), False
+    dtype = linear_dtype(x)
+    if dtype is not None:
+        if x.dtype != dtype:
+            return F.linear(x, weight, bias), False
+        weight = weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
     return square_matmul_(x, weight, bias, transpose=True, workspace_bytes=workspace_bytes), True
 
 
@@ -42,6 +53,11 @@ class InplaceLinear(nn.Linear):
     warns once per module; freeze the weight or run under ``torch.no_grad()``
     to get the in-place path.
 
+    Under ``torch.autocast`` the result has ``nn.Linear``'s dtype: an input
+    already in the autocast dtype is overwritten (the weight and bias cast to
+    it, as autocast casts them); an input in another dtype is left alone and
+    the result is a new tensor, as from ``nn.Linear``.
+
     Example::
 
         >>> layer = make_inplace.nn.InplaceLinear(8)
@@ -59,7 +75,7 @@ class InplaceLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y, in_place = linear_maybe_inplace(x, self.weight, self.bias)
-        if not in_place and not self._warned_out_of_place:
+        if not in_place and torch.is_grad_enabled() and self.weight.requires_grad and not self._warned_out_of_place:
             self._warned_out_of_place = True
             warnings.warn(
                 "InplaceLinear: weight requires grad under grad mode, so the product is computed "

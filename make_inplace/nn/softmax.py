@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..ops.softmax import softmax_
+from ._autocast import softmax_dtype
 
 
 class InplaceSoftmax(nn.Softmax):
@@ -13,6 +14,9 @@ class InplaceSoftmax(nn.Softmax):
 
     The input must be contiguous and must not be needed afterwards (autograd
     saves only the output). ``dim`` is required (no implicit-dim legacy).
+    Under ``torch.autocast`` the result has ``nn.Softmax``'s dtype: a new
+    tensor where autocast runs softmax in another dtype than the input's
+    (float32 on CUDA).
 
     Example::
 
@@ -27,4 +31,7 @@ class InplaceSoftmax(nn.Softmax):
         super().__init__(dim=dim)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        dtype = softmax_dtype(input)
+        if dtype is not None and dtype != input.dtype:
+            return torch.softmax(input, self.dim)
         return softmax_(input, self.dim)
