@@ -121,7 +121,7 @@ def inference_only(module: nn.Module, *tensors: torch.Tensor | None) -> bool:
     take one dtype throughout)."""
     if module.training or recording():
         return False
-    if any(t is not None and torch.is_autocast_enabled(t.device.type) for t in tensors):
+    if torch._C._is_any_autocast_enabled() and any(t is not None and torch.is_autocast_enabled(t.device.type) for t in tensors):
         return False
     if torch.is_grad_enabled():
         if any(t is not None and t.requires_grad for t in tensors):

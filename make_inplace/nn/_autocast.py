@@ -15,10 +15,10 @@ _ELIGIBLE = (torch.float32, torch.float16, torch.bfloat16)  # autocast leaves fl
 def linear_dtype(x: torch.Tensor) -> torch.dtype | None:
     """The dtype of ``F.linear(x, ...)`` under the autocast active on x's device;
     None where autocast is off there or leaves x alone."""
-    device = x.device.type
-    if x.dtype not in _ELIGIBLE or not torch.is_autocast_enabled(device):
+    if not torch._C._is_any_autocast_enabled() or x.dtype not in _ELIGIBLE:  # (the first is the cheap test)
         return None
-    return torch.get_autocast_dtype(device)
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
 
 def layer_norm_dtype(x: torch.Tensor) -> torch.dtype | None:

@@ -40,7 +40,7 @@ def _add_residual_(branch: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """branch + x in branch's buffer (a fresh one the layer made), or a new tensor
     where the sum is wider than branch (a float32 x plus an autocast branch), as
     torch's layer adds them."""
-    if torch.result_type(branch, x) == branch.dtype:
+    if branch.dtype == x.dtype or torch.result_type(branch, x) == branch.dtype:
         return branch.add_(x)
     return branch + x
 
