@@ -323,7 +323,7 @@ def test_autocast_matches_torch_eager(device, amp, norm_first, src_dtype, grad):
     results = []
     try:
         for module in (truth, ref, ours):
-            x = src.to(next(module.parameters()).dtype, copy=True).requires_grad_(grad)
+            x = (src.double() if module is truth else src.clone()).requires_grad_(grad)
             with torch.set_grad_enabled(grad), torch.autocast(device, dtype=amp, enabled=module is not truth):
                 y = module(x)
             if grad:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.softmax import softmax_
+from ._autocast import softmax_dtype
 from .linear import linear_maybe_inplace
 
 # Which attention core runs when the caller does not need the weights.
@@ -218,7 +219,7 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
             attn = k.view(n, tgt_len, heads, head_dim).copy_(q.view(n, heads, tgt_len, head_dim).transpose(1, 2))
             attn = attn.view(n, tgt_len, e)
             if need_weights:
-                weights = probs.mean(dim=1) if average_attn_weights else probs
+                weights = _attention_weights(probs, average_attn_weights)
             del probs, q, k, v
             owned = True
         elif materialize:
@@ -239,7 +240,7 @@ class InplaceMultiheadAttention(nn.MultiheadAttention):
                 probs = F.dropout(probs, dropout_p, training=True, inplace=not (torch.is_grad_enabled() and probs.requires_grad))
             attn = _weighted_values(probs, v, strided)
             if need_weights:
-                weights = probs.mean(dim=1) if average_attn_weights else probs
+                weights = _attention_weights(probs, average_attn_weights)
             del probs, v
             owned = True  # matmul's backward reads its inputs, never its output
         else:
@@ -407,3 +408,12 @@ def _weighted_values(probs: torch.Tensor, v: torch.Tensor, strided: bool) -> tor
     out = probs.new_empty(n, tgt_len, heads, head_dim)
     _bmm_into(probs, v, out, heads_last=True)
     return out.view(n, tgt_len, heads * head_dim)
+
+
+def _attention_weights(probs: torch.Tensor, average: bool) -> torch.Tensor:
+    """The weights returned, in the dtype of torch's softmax (float32 under CUDA
+    autocast, where the probabilities themselves stay in the scores' dtype)."""
+    dtype = softmax_dtype(probs)
+    if dtype is not None and dtype != probs.dtype:
+        probs = probs.to(dtype)
+    return probs.mean(dim=1) if average else probs
