@@ -206,7 +206,8 @@ class InplaceTransformerEncoderLayer(nn.Module):
 
     def _fused_relu_applies(self, x: torch.Tensor) -> bool:
         """Whether linear1 + ReLU can run as one GEMM with an epilogue: on CUDA,
-        with a bias, and with no graph to record (the fused op has no backward)."""
+        with a bias, outside autocast (the fused op is not on its list) and with
+        no graph to record (the fused op has no backward)."""
         w, b = self.linear1.weight, self.linear1.bias
         if not x.is_cuda or b is None or x.dtype != w.dtype or linear_dtype(x) is not None:
             return False
