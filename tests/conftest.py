@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Tests on "cuda" run only where a GPU is present (the device machine);
 # CI has none and runs the CPU half.
@@ -24,6 +25,18 @@ settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True
 settings.register_profile("gpu", max_examples=200, deadline=None, database=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(os.environ.get("MAKE_INPLACE_HYPOTHESIS_PROFILE", "ci"))
+
+
+class DispatchRecorder(TorchDispatchMode):
+    """Records the ops dispatched under it, as "namespace.op.overload" strings."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.fixture(autouse=True)

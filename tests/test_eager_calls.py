@@ -6,11 +6,10 @@ import threading
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import make_inplace
 from make_inplace import _loader
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, DispatchRecorder, requires_cuda
 
 ENTRIES = _loader.eager_entries()
 OPS = ["square_matmul_", "softmax_", "layer_norm_", "rms_norm_", "outer_product", "trilinear_interpolation"]
@@ -90,16 +89,6 @@ class _Sub(torch.Tensor):
     pass
 
 
-class _Recorder(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 def _refusals(op):
     """(why, a context to call in, a change to the arguments) for calls that are not plain."""
     from contextlib import nullcontext
@@ -112,7 +101,7 @@ def _refusals(op):
         ("subclass", nullcontext, set_arg(0, lambda t: t.as_subclass(_Sub))),
         ("meta input", nullcontext, set_arg(0, lambda t: t.to("meta"))),
         ("profiler", lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), None),
-        ("dispatch mode", _Recorder, None),
+        ("dispatch mode", DispatchRecorder, None),
         ("function mode", lambda: torch.device("cpu"), None),
         ("autocast", lambda: torch.autocast("cpu", dtype=torch.bfloat16), None),
         ("wrong arity", nullcontext, lambda args: args.append(None)),
@@ -186,7 +175,7 @@ def test_refused_under_vmap():
 
 def test_modes_and_the_profiler_still_see_the_op():
     x = torch.randn(3, 7)
-    recorder = _Recorder()
+    recorder = DispatchRecorder()
     with recorder:
         make_inplace.softmax_(x, -1)
     assert "make_inplace.softmax_.default" in recorder.seen

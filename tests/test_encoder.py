@@ -12,6 +12,7 @@ from torch import nn
 import make_inplace
 from make_inplace.nn import InplaceTransformerEncoderLayer
 from make_inplace._measure import cuda_peak_extra, fresh_cuda_memory
+from conftest import DispatchRecorder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 5e-3, torch.bfloat16: 4e-2}
@@ -245,18 +246,6 @@ def test_cuda_converted_layer_forward_peak_below_torch_eager(dtype):
     assert peaks["torch"].reserved - peaks["ours"].reserved >= removed
 
 
-class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records the aten ops a forward dispatches."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @CUDA
 @pytest.mark.parametrize("case, fused", [("no_grad", True), ("grad", False), ("gelu", False), ("no_bias", False)])
 def test_cuda_relu_feed_forward_runs_as_one_gemm_where_no_graph_is_recorded(case, fused):
@@ -271,10 +260,10 @@ def test_cuda_relu_feed_forward_runs_as_one_gemm_where_no_graph_is_recorded(case
     x = torch.randn(3, 17, 64, device="cuda")
     with torch.set_grad_enabled(case == "grad"):
         xx = x.clone().requires_grad_(case == "grad")
-        with _AtenOps() as ops:
+        with DispatchRecorder() as ops:
             y = ours(xx)
-    assert ("_addmm_activation" in ops.names) == fused, ops.names
-    assert ("relu_" in ops.names) == (not fused and case != "gelu"), ops.names
+    assert ("aten._addmm_activation.default" in ops.seen) == fused, ops.seen
+    assert ("aten.relu_.default" in ops.seen) == (not fused and case != "gelu"), ops.seen
     fast_path = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
@@ -294,10 +283,10 @@ def test_cuda_feed_forward_under_autocast_is_not_fused():
     ours.eval()
     x = torch.randn(3, 17, 64, device="cuda")
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
-        with _AtenOps() as ops:
+        with DispatchRecorder() as ops:
             y = ours._ff_block(x)
         expected = ours.linear2(torch.relu(ours.linear1(x)))
-    assert "_addmm_activation" not in ops.names and "relu_" in ops.names, ops.names
+    assert "aten._addmm_activation.default" not in ops.seen and "aten.relu_.default" in ops.seen, ops.seen
     assert y.dtype == torch.float16
     torch.testing.assert_close(y, expected, rtol=TOL[torch.float16], atol=TOL[torch.float16])
 

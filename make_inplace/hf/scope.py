@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..nn._autocast import autocast_on
+
 
 class Token:
     """Marks a converted base model and the modules converted inside it."""
@@ -121,7 +123,7 @@ def inference_only(module: nn.Module, *tensors: torch.Tensor | None) -> bool:
     take one dtype throughout)."""
     if module.training or recording():
         return False
-    if torch._C._is_any_autocast_enabled() and any(t is not None and torch.is_autocast_enabled(t.device.type) for t in tensors):
+    if any(t is not None and autocast_on(t) for t in tensors):
         return False
     if torch.is_grad_enabled():
         if any(t is not None and t.requires_grad for t in tensors):

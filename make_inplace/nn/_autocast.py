@@ -12,13 +12,18 @@ import torch.nn.functional as F
 _ELIGIBLE = (torch.float32, torch.float16, torch.bfloat16)  # autocast leaves float64 alone
 
 
+def autocast_on(x: torch.Tensor) -> bool:
+    """Whether torch.autocast is active on x's device (the any-autocast test
+    first: without autocast it takes a fifth of the time of the device's test)."""
+    return torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(x.device.type)
+
+
 def linear_dtype(x: torch.Tensor) -> torch.dtype | None:
     """The dtype of ``F.linear(x, ...)`` under the autocast active on x's device;
     None where autocast is off there or leaves x alone."""
-    if not torch._C._is_any_autocast_enabled() or x.dtype not in _ELIGIBLE:  # (the first is the cheap test)
+    if not autocast_on(x) or x.dtype not in _ELIGIBLE:
         return None
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    return torch.get_autocast_dtype(x.device.type)
 
 
 def layer_norm_dtype(x: torch.Tensor) -> torch.dtype | None:
