@@ -12,10 +12,10 @@ from make_inplace._measure import cpu_peak_extra
 from make_inplace.blocks.panels import (AttentionPlan, FlashSplitKV, attention_plan, balanced_rows, flash_split_kv_bytes,
                                        mlp_panel_rows)
 
-from conftest import DEVICES
+from conftest import DEVICES, DispatchRecorder
 
 # Compared with a float64 reference; the in-place path rounds in the input dtype.
-TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2)}
+TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}
 
 
 def _close(got: torch.Tensor, expected64: torch.Tensor, dtype: torch.dtype) -> None:
@@ -147,6 +147,30 @@ def test_mlp_activations_and_gating(device, dtype, activation, gated):
     with torch.no_grad():
         y = residual_mlp_(x, w1, w2, b1, b2, activation=activation, gate_weight=wg, gate_bias=bg, norm=norm)
     assert y is x
+    _close(x, expected, dtype)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("layout", ["linear", "conv1d"])
+@pytest.mark.parametrize("activation, bias, gated", [
+    ("gelu_tanh", True, False), ("relu", True, False),  # fused
+    ("gelu", True, False), ("gelu_tanh", False, False), ("relu", True, True),  # not: exact gelu, no bias, gated
+])
+def test_cuda_mlp_fuses_relu_and_tanh_gelu_into_fc1(dtype, layout, activation, bias, gated):
+    """fc1 + activation as one cuBLASLt GEMM with an epilogue where it has one
+    (bias, not gated, not float64), the separate in-place activation otherwise;
+    both against the float64 block, panels of 33 rows over 3 x 41 rows."""
+    x, w1, w2, b1, b2, wg, bg = _mlp_case((3, 41, 64), 256, dtype, "cuda", gated=gated, bias=bias, layout=layout, seed=5)
+    norm = _norm("layer", 64, dtype, "cuda", torch.Generator().manual_seed(6))
+    expected = _mlp64(x, w1, w2, b1, b2, activation, wg, bg, norm, None, layout)
+    row_bytes = x.element_size() * (64 + 256 * (2 if gated else 1))
+    with torch.no_grad(), DispatchRecorder() as ops:
+        residual_mlp_(x, w1, w2, b1, b2, activation=activation, gate_weight=wg, gate_bias=bg, norm=norm,
+                      weight_layout=layout, workspace_bytes=33 * row_bytes)
+    fused = bias and not gated and activation != "gelu" and dtype != torch.float64
+    assert ops.seen.count("aten._addmm_activation.out") == (4 if fused else 0), ops.seen
+    assert not any(op.startswith(("aten.gelu_", "aten.relu_")) for op in ops.seen) == fused, ops.seen
     _close(x, expected, dtype)
 
 

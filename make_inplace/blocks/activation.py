@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+# Those cuBLASLt applies in a GEMM's epilogue (value: torch._addmm_activation's use_gelu).
+EPILOGUE_GELU = {"relu": False, "gelu_tanh": True}
 
 
 def check_activation(fn: str, activation: object) -> None:

@@ -40,6 +40,12 @@ def project(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return torch.addmm(bias, rows, rhs, out=out)
 
 
+def project_activated(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, layout: str, *, gelu: bool, out: torch.Tensor) -> torch.Tensor:
+    """relu (or tanh-gelu) of rows @ W^T + bias into ``out``, CUDA only: cuBLASLt
+    applies both in the GEMM's epilogue. (On the CPU torch's op applies exact gelu.)"""
+    return torch._addmm_activation(bias, rows, _rhs(weight, layout), use_gelu=gelu, out=out)
+
+
 def accumulate_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
     """target += rows @ W^T in one GEMM with beta = 1 (C = D = target; A, B must not alias it)."""
     return target.addmm_(rows, _rhs(weight, layout))

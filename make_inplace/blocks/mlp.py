@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import linear
-from .activation import activate, activate_, check_activation
+from .activation import EPILOGUE_GELU, activate, activate_, check_activation
 from .checks import check_operands, check_stream, wants_grad
 from .norm import Norm
 from .panels import check_workspace_bytes, mlp_panel_rows
@@ -35,7 +35,8 @@ def residual_mlp_(
     + b1)`` (SwiGLU with ``"silu"``, GeGLU with ``"gelu"``) - then ``x_P +=
     t W2^T`` in one GEMM that accumulates into x_P (beta = 1), ``+ b2``, and
     ``post_norm`` over x_P in place. Only one panel's ``h`` and ``t`` exist at
-    a time.
+    a time. On CUDA, ``"relu"`` and ``"gelu_tanh"`` after a bias run in fc1's
+    GEMM epilogue (cuBLASLt), so ``t`` is written once.
 
     Args:
         x: (..., d), contiguous, float16/bfloat16/float32/float64. Overwritten.
@@ -105,6 +106,8 @@ def residual_mlp_(
     row_bytes = x.element_size() * ((d if norm is not None else 0) + inner * (2 if gated else 1))
     rows = mlp_panel_rows(_FN, rows_total, row_bytes, x.numel() * x.element_size(), workspace_bytes)
 
+    # The activation in fc1's epilogue: t is written once instead of written, read and written again.
+    fused = not gated and fc1_bias is not None and x.is_cuda and x.dtype != torch.float64 and activation in EPILOGUE_GELU
     x2d = x.view(rows_total, d)
     t_buf = x.new_empty(rows, inner)
     g_buf = x.new_empty(rows, inner) if gated else None
@@ -112,12 +115,15 @@ def residual_mlp_(
         xp = x2d[r0 : r0 + rows]
         p = xp.shape[0]
         h = norm(xp) if norm is not None else xp
-        t = linear.project(h, fc1_weight, fc1_bias, weight_layout, out=t_buf[:p])
-        if gated:
-            g = linear.project(h, gate_weight, gate_bias, weight_layout, out=g_buf[:p])
-            t.mul_(activate_(g, activation))
+        if fused:
+            t = linear.project_activated(h, fc1_weight, fc1_bias, weight_layout, gelu=EPILOGUE_GELU[activation], out=t_buf[:p])
         else:
-            activate_(t, activation)
+            t = linear.project(h, fc1_weight, fc1_bias, weight_layout, out=t_buf[:p])
+            if gated:
+                g = linear.project(h, gate_weight, gate_bias, weight_layout, out=g_buf[:p])
+                t.mul_(activate_(g, activation))
+            else:
+                activate_(t, activation)
         del h
         linear.accumulate_(xp, t, fc2_weight, weight_layout)
         if fc2_bias is not None:
