@@ -55,7 +55,8 @@ def residual_attention_(
     of a sequence); queries are made and consumed by panels: ``q_P`` ->
     ``scaled_dot_product_attention(q_P, K, V)`` (flash / memory-efficient
     kernels where the device has them; scores are never stored) -> ``x_P +=
-    o_P W_o^T`` in one GEMM accumulating into x_P, ``+ b_o``, then
+    o_P W_o^T`` in one GEMM accumulating into x_P, ``+ b_o`` (with ``b_o``:
+    ``o_P W_o^T + b_o`` over the spent ``q_P``, then added), then
     ``post_norm`` over x_P in place. K and V come from ``norm(x)`` (pre-norm)
     or x itself, before any row of their sequences is written.
 
@@ -278,12 +279,15 @@ class _Block:
         del lse
         return o.lerp_(o2, weight.to(o.dtype))
 
-    def _finish_(self, xp: torch.Tensor, o: torch.Tensor) -> None:
-        """x_P += o W_o^T + b_o, then the post-norm; o is (g, H, p, hd)."""
+    def _finish_(self, xp: torch.Tensor, o: torch.Tensor, q_rows: torch.Tensor) -> None:
+        """x_P += o W_o^T + b_o, then the post-norm; o is (g, H, p, hd), q_rows the panel's spent queries."""
         o2 = o.transpose(1, 2).reshape(xp.shape[0], self.heads * self.head_dim)
-        linear.accumulate_(xp, o2, self.wo, self.layout)
-        if self.bo is not None:
-            xp.add_(self.bo)
+        if self.bo is not None and q_rows.numel() >= xp.numel():
+            linear.add_projection_(xp, o2, self.wo, self.bo, self.layout, scratch=q_rows)
+        else:
+            linear.accumulate_(xp, o2, self.wo, self.layout)
+            if self.bo is not None:
+                xp.add_(self.bo)
         if self.post_norm is not None:
             self.post_norm.apply_(xp)
 
@@ -369,7 +373,7 @@ class _Block:
                 del h
                 o = self._attend(q, *self._heads_view(k2, v2, g, S), b0, b1, 0, S, S)
                 del q
-                self._finish_(xp, o)
+                self._finish_(xp, o, q_buf[: g * S])
                 del o
                 continue
             # One sequence at a time: K and V first (by panels of rows), then its query panels.
@@ -391,11 +395,12 @@ class _Block:
             s1 = min(s0 + plan.q_rows, self.seq_len)
             xp = self._rows(b0, b1, s0, s1)
             h = self._normed(xp)
-            q = self._q(h, q_buf[: (b1 - b0) * (s1 - s0)], b0, b1, s0, s1)
+            q_rows = q_buf[: (b1 - b0) * (s1 - s0)]
+            q = self._q(h, q_rows, b0, b1, s0, s1)
             del h
             o = self._attend(q, k, v, b0, b1, s0, s1, kv_len)
             del q
-            self._finish_(xp, o)
+            self._finish_(xp, o, q_rows)
             del o
 
     def _run_cached_(self, kv_update: KVUpdate, workspace_bytes: int | None) -> torch.Tensor:

@@ -49,3 +49,12 @@ def project_activated(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 def accumulate_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
     """target += rows @ W^T in one GEMM with beta = 1 (C = D = target; A, B must not alias it)."""
     return target.addmm_(rows, _rhs(weight, layout))
+
+
+def add_projection_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, layout: str, *,
+                    scratch: torch.Tensor) -> torch.Tensor:
+    """target += rows @ W^T + bias, through ``scratch`` (spent rows, at least target's elements): the bias
+    rides in the GEMM's epilogue, where a separate broadcast add runs at a third of the copy bandwidth."""
+    y = scratch.view(-1)[: target.numel()].view(target.shape)
+    return target.add_(project(rows, weight, bias, layout, out=y))
+
