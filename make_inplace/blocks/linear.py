@@ -57,4 +57,3 @@ def add_projection_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tens
     rides in the GEMM's epilogue, where a separate broadcast add runs at a third of the copy bandwidth."""
     y = scratch.view(-1)[: target.numel()].view(target.shape)
     return target.add_(project(rows, weight, bias, layout, out=y))
-

@@ -35,9 +35,10 @@ def residual_mlp_(
     + b1)`` (SwiGLU with ``"silu"``, GeGLU with ``"gelu"``) - then ``x_P +=
     t W2^T`` in one GEMM that accumulates into x_P (beta = 1), ``+ b2``, and
     ``post_norm`` over x_P in place. With ``norm`` and ``b2``, ``t W2^T + b2``
-    goes over the spent ``h`` (the bias in the GEMM) and is added to x_P. Only one panel's ``h`` and ``t`` exist at
-    a time. On CUDA, ``"relu"`` and ``"gelu_tanh"`` after a bias run in fc1's
-    GEMM epilogue (cuBLASLt), so ``t`` is written once.
+    goes over the spent ``h`` (the bias in the GEMM) and is added to x_P. Only
+    one panel's ``h`` and ``t`` exist at a time. On CUDA, ``"relu"`` and
+    ``"gelu_tanh"`` after a bias run in fc1's GEMM epilogue (cuBLASLt), so
+    ``t`` is written once.
 
     Args:
         x: (..., d), contiguous, float16/bfloat16/float32/float64. Overwritten.
@@ -108,6 +109,7 @@ def residual_mlp_(
     rows = mlp_panel_rows(_FN, rows_total, row_bytes, x.numel() * x.element_size(), workspace_bytes)
 
     # The activation in fc1's epilogue: t is written once instead of written, read and written again.
+    # float64 keeps the separate op: an epilogue's gelu need not be float64-exact.
     fused = not gated and fc1_bias is not None and x.is_cuda and x.dtype != torch.float64 and activation in EPILOGUE_GELU
     x2d = x.view(rows_total, d)
     t_buf = x.new_empty(rows, inner)
