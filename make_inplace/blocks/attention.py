@@ -55,8 +55,8 @@ def residual_attention_(
     of a sequence); queries are made and consumed by panels: ``q_P`` ->
     ``scaled_dot_product_attention(q_P, K, V)`` (flash / memory-efficient
     kernels where the device has them; scores are never stored) -> ``x_P +=
-    o_P W_o^T`` in one GEMM accumulating into x_P, ``+ b_o`` (with ``b_o``:
-    ``o_P W_o^T + b_o`` over the spent ``q_P``, then added), then
+    o_P W_o^T`` in one GEMM accumulating into x_P, ``+ b_o`` (on CUDA with
+    ``b_o``: ``o_P W_o^T + b_o`` over the spent ``q_P``, then added), then
     ``post_norm`` over x_P in place. K and V come from ``norm(x)`` (pre-norm)
     or x itself, before any row of their sequences is written.
 
@@ -282,7 +282,7 @@ class _Block:
     def _finish_(self, xp: torch.Tensor, o: torch.Tensor, q_rows: torch.Tensor) -> None:
         """x_P += o W_o^T + b_o, then the post-norm; o is (g, H, p, hd), q_rows the panel's spent queries."""
         o2 = o.transpose(1, 2).reshape(xp.shape[0], self.heads * self.head_dim)
-        if self.bo is not None and q_rows.numel() >= xp.numel():
+        if self.bo is not None and xp.is_cuda and q_rows.numel() >= xp.numel():
             linear.add_projection_(xp, o2, self.wo, self.bo, self.layout, scratch=q_rows)
         else:
             linear.accumulate_(xp, o2, self.wo, self.layout)

@@ -54,6 +54,7 @@ def accumulate_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, 
 def add_projection_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, layout: str, *,
                     scratch: torch.Tensor) -> torch.Tensor:
     """target += rows @ W^T + bias, through ``scratch`` (spent rows, at least target's elements): the bias
-    rides in the GEMM's epilogue, where a separate broadcast add runs at a third of the copy bandwidth."""
+    rides in the GEMM's epilogue, where on CUDA a separate broadcast add runs at a third of the copy
+    bandwidth. For CUDA only: on the CPU the extra whole-tensor add costs more than it saves."""
     y = scratch.view(-1)[: target.numel()].view(target.shape)
     return target.add_(project(rows, weight, bias, layout, out=y))

@@ -34,8 +34,8 @@ def residual_mlp_(
     ``norm``), ``t = act(h W1^T + b1)`` - gated: ``act(h Wg^T + bg) * (h W1^T
     + b1)`` (SwiGLU with ``"silu"``, GeGLU with ``"gelu"``) - then ``x_P +=
     t W2^T`` in one GEMM that accumulates into x_P (beta = 1), ``+ b2``, and
-    ``post_norm`` over x_P in place. With ``norm`` and ``b2``, ``t W2^T + b2``
-    goes over the spent ``h`` (the bias in the GEMM) and is added to x_P. Only
+    ``post_norm`` over x_P in place. On CUDA with ``norm`` and ``b2``, ``t W2^T +
+    b2`` goes over the spent ``h`` (the bias in the GEMM) and is added to x_P. Only
     one panel's ``h`` and ``t`` exist at a time. On CUDA, ``"relu"`` and
     ``"gelu_tanh"`` after a bias run in fc1's GEMM epilogue (cuBLASLt), so
     ``t`` is written once.
@@ -127,7 +127,7 @@ def residual_mlp_(
                 t.mul_(activate_(g, activation))
             else:
                 activate_(t, activation)
-        if norm is not None and fc2_bias is not None:
+        if norm is not None and fc2_bias is not None and x.is_cuda:
             linear.add_projection_(xp, t, fc2_weight, fc2_bias, weight_layout, scratch=h)
         else:
             linear.accumulate_(xp, t, fc2_weight, weight_layout)
