@@ -17,7 +17,8 @@
 // are too few to fill the GPU, by a cluster of blocks per item whose row sums
 // meet in distributed shared memory. Otherwise grad_a comes from a separate
 // row-reduction kernel (a group of lanes per row), which reads grad_out a
-// second time.
+// second time. The sweeps copy 16-byte packs a step ahead into shared memory
+// (cp.async), so the loads overlap the sums.
 #include "make_inplace/kernels/compute_capability.h"
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
@@ -280,13 +281,50 @@ __device__ __forceinline__ void cluster_row_sums(const float* row_acc, T* grad_a
 // CTAs meet through distributed shared memory, so few batch items still
 // fill the GPU with one read of grad_out.
 // One pack a lane (P = 1) reads kSweepRows(T) rows a step and keeps
-// kSweepCtas(T) CTAs an SM, the best pair of a sweep on an H200 (16-bit
-// (64, 4096, 4096): 8 rows and 2 CTAs ran at 2.1-2.2 TB/s where 4 and 3 ran
-// at 1.7; float32: 4 and 3 at 3.5 TB/s, lab/probe_outer_product_backward.cu).
+// kSweepCtas(T) CTAs an SM, the best pair with the staging ring below on an
+// H200 (lab/probe_outer_product_backward.cu; 16-bit (64, 4096, 4096): 4 rows
+// and 3 CTAs 0.78 ms, 8 and 2 0.85; float32 (512, 1024, 1024): 8 and 2 0.52,
+// 4 and 3 0.67).
 template <typename T>
-constexpr int kSweepRows = sizeof(T) == 2 ? 8 : 4;
+constexpr int kSweepRows = sizeof(T) == 2 ? 4 : 8;
 template <typename T>
-constexpr int kSweepCtas = sizeof(T) == 2 ? 2 : 3;
+constexpr int kSweepCtas = sizeof(T) == 2 ? 3 : 2;
+
+// Rows a row-group reads per step: U * P packs in flight per thread.
+template <typename T, int P>
+constexpr int kStepRows = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
+
+// 16-byte packs are staged: each thread copies the packs of the step
+// kStages - 1 ahead into its own slots of a ring (cp.async) before it sums the
+// current step, so the loads overlap the arithmetic and the row reductions.
+// Held in registers, a step's loads went out only after the previous step
+// was used (16-bit (64, 4096, 4096) read at half the copy bandwidth on an
+// H200). Four packs a lane (U = 1) keep registers: the ring's extra
+// registers cost them a resident CTA.
+constexpr int kStages = 2;
+template <typename T, int V, int P>
+constexpr bool kStaged = V * sizeof(T) == 16 && P <= 2;
+template <typename T, int V, int P>
+constexpr int64_t kStageRingBytes = kStaged<T, V, P> ? int64_t{kStages} * kStepRows<T, P> * P * kThreads * 16 : 0;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most N committed groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 
 template <typename T, int V, int P>
 __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
@@ -299,7 +337,9 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
   using A = acc_t<T>;
   __shared__ A partial[kThreads * P * V];
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  A* row_acc = reinterpret_cast<A*>(dynamic_smem);
+  // The staging ring, then the row sums.
+  auto* ring = reinterpret_cast<Pack<T, V>*>(dynamic_smem);
+  A* row_acc = reinterpret_cast<A*>(dynamic_smem + kStageRingBytes<T, V, P>);
   const int tx = blockDim.x, ty = blockDim.y;
   const int x = threadIdx.x, y = threadIdx.y;
   const int tid = y * tx + x;
@@ -331,31 +371,80 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
         }
       }
       A col[P][V] = {};
-      // U rows per row-group and iteration, their loads issued before any
-      // use: U * P packs in flight per thread (one pack of one row left the
-      // memory system idle, 43-53% of the copy bandwidth on an H200).
-      constexpr int U = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
+      // U rows per row-group and step, their loads issued before any use (one
+      // pack of one row left the memory system idle, 43-53% of the copy
+      // bandwidth on an H200).
+      constexpr int U = kStepRows<T, P>;
       // i0 advances identically for every thread, so the shuffles below are
       // reached by whole warps. One pack a lane (the wide rows) takes blocks
       // of kRowBlock rows for warp_transpose_sum; more packs a lane sum each
       // of their U rows across the lanes.
       constexpr int RB = P == 1 ? kRowBlock : U;
+      // The step at r0 takes rows r0 + u * ty + y; consecutive steps are
+      // U * ty rows apart.
+      const auto load_a = [&](int64_t r0, A(&ai)[U]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t i = r0 + u * ty + y;
+          if (i < n) ai[u] = to_acc(a_row[i * as1]);
+        }
+      };
+      Pack<T, V>* const slots = ring + tid;  // [slot][u][p], kThreads apart
+      // Copies the packs of the step at r0 into ring slot `slot` (staged packs
+      // are contiguous: gs2 == 1).
+      const auto stage_in = [&](int64_t r0, int slot) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t i = r0 + u * ty + y;
+          if (i < n) {
+            const T* g_row = g + s * gs0 + i * gs1;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+              const int64_t c = first_pack + p * tx;
+              if (c < packs) cp_async16(slots + ((slot * U + u) * P + p) * kThreads, g_row + c * V);
+            }
+          }
+        }
+        cp_async_commit();
+      };
+      int slot = 0;  // the current step's
+      A a_next[U];   // a one step ahead: it is read from L2, shared by the item's CTAs
+      if constexpr (kStaged<T, V, P>) {
+#pragma unroll
+        for (int k = 0; k < kStages - 1; ++k) stage_in(int64_t{k} * U * ty, k);
+        load_a(0, a_next);
+      }
       for (int64_t i0 = 0; i0 < n; i0 += RB * ty) {
         A row_sum[RB];
 #pragma unroll
         for (int t = 0; t < RB; t += U) {
           Pack<T, V> gv[U][P];
           A ai[U];
+          const int64_t r0 = i0 + t * ty;
+          if constexpr (kStaged<T, V, P>) {
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int64_t i = i0 + (t + u) * ty + y;
-            if (i < n) {
-              ai[u] = to_acc(a_row[i * as1]);
-              const T* g_row = g + s * gs0 + i * gs1;
+            for (int u = 0; u < U; ++u) ai[u] = a_next[u];
+            load_a(r0 + U * ty, a_next);
+            stage_in(r0 + int64_t{kStages - 1} * U * ty, slot == 0 ? kStages - 1 : slot - 1);
+            cp_async_wait<kStages - 1>();
 #pragma unroll
-              for (int p = 0; p < P; ++p) {
-                const int64_t c = first_pack + p * tx;
-                if (c < packs) gv[u][p] = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+            for (int u = 0; u < U; ++u) {
+#pragma unroll
+              for (int p = 0; p < P; ++p) gv[u][p] = slots[((slot * U + u) * P + p) * kThreads];
+            }
+            slot = slot + 1 == kStages ? 0 : slot + 1;
+          } else {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              const int64_t i = r0 + u * ty + y;
+              if (i < n) {
+                ai[u] = to_acc(a_row[i * as1]);
+                const T* g_row = g + s * gs0 + i * gs1;
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                  const int64_t c = first_pack + p * tx;
+                  if (c < packs) gv[u][p] = load_pack<T, V>(g_row + c * V * gs2, gs2, true);
+                }
               }
             }
           }
@@ -526,9 +615,31 @@ int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
   return clusters;
 }
 
-// Row sums kept in dynamic shared memory by the whole-item sweep: within the
-// default 48 KiB per block next to the static `partial` array (8 KiB at P = 1).
+// Row sums kept in dynamic shared memory by the whole-item sweep.
 constexpr int64_t kMaxRowSumBytes = 32 * 1024;
+
+// outer_cols_kernel<T, V, P> with its dynamic shared memory limit raised, once
+// per device, to its staging ring and the most row sums: the default limit is
+// 48 KiB less the static `partial` array. nullptr if the driver refused.
+template <typename T, int V, int P>
+auto cols_kernel() -> decltype(&outer_cols_kernel<T, V, P>) {
+  const auto kernel = &outer_cols_kernel<T, V, P>;
+  static std::mutex mutex;
+  static std::vector<int> raised;  // devices
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (int d : raised) {
+    if (d == device) return kernel;
+  }
+  const int64_t bytes = kStageRingBytes<T, V, P> + kMaxRowSumBytes;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+      cudaSuccess) {
+    return nullptr;
+  }
+  raised.push_back(device);
+  return kernel;
+}
 
 }  // namespace
 
@@ -606,7 +717,9 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         // loads in flight.
         const auto launch_fused = [&](auto p_tag) {
           constexpr int P = decltype(p_tag)::value;
-          outer_cols_kernel<T, W, P><<<grid_for(batch, 1), block, 0, stream>>>(
+          const auto kernel = cols_kernel<T, W, P>();
+          if (kernel == nullptr) return cudaGetLastError();
+          kernel<<<grid_for(batch, 1), block, kStageRingBytes<T, W, P>, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
               b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, 1, accumulate);
           return cudaGetLastError();
@@ -619,7 +732,9 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       const int64_t strips = (packs + block.x - 1) / block.x;
       const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
       const int sms = sm_count();
-      const auto kernel = outer_cols_kernel<T, W, 1>;
+      const auto kernel = cols_kernel<T, W, 1>();
+      if (kernel == nullptr) return cudaGetLastError();
+      const int64_t ring_bytes = kStageRingBytes<T, W, 1>;
       const bool sweep = ga != nullptr && gb != nullptr && m > 0 && row_bytes <= kMaxRowSumBytes;
       int split = 1;  // CTAs an item; 0: no whole-item sweep
       if (sweep && batch < 2 * int64_t{sms}) {
@@ -629,7 +744,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         split = 0;
         if (compute_major() >= 9 && sizeof(T) < 8) {
           for (int c = 8; c >= 2 && split == 0; c /= 2) {
-            if (split_suits(batch, strips, sms, c) && batch <= active_clusters(kernel, block, row_bytes, c)) split = c;
+            if (split_suits(batch, strips, sms, c) && batch <= active_clusters(kernel, block, ring_bytes + row_bytes, c)) split = c;
           }
         }
       }
@@ -637,13 +752,13 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         // Enough batch items (or items shared by a cluster) to fill the GPU:
         // a block sweeps its item strip by strip and still reads grad_out once.
         if (split == 1) {
-          kernel<<<grid_for(batch, 1), block, row_bytes, stream>>>(
+          kernel<<<grid_for(batch, 1), block, ring_bytes + row_bytes, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
               b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, 1, accumulate);
           return cudaGetLastError();
         }
         // One cluster an item: only as many as fit at once were admitted.
-        const ClusterLaunch launch(batch * split, block, row_bytes, split, stream);
+        const ClusterLaunch launch(batch * split, block, ring_bytes + row_bytes, split, stream);
         return cudaLaunchKernelEx(&launch.config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
                                   a.stride[1], bp, b.stride[0], b.stride[1], b_packed, ga, gb,
                                   batch, n, m, strips, true, split, accumulate);
@@ -661,7 +776,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         if (err != cudaSuccess) return err;
       }
       if (gb != nullptr && m > 0) {
-        outer_cols_kernel<T, W, 1><<<grid_for(batch * strips, 1), block, 0, stream>>>(
+        kernel<<<grid_for(batch * strips, 1), block, ring_bytes, stream>>>(
             g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
             b.stride[1], b_packed, nullptr, gb, batch, n, m, strips, false, 1, accumulate);
       }
