@@ -69,13 +69,24 @@ __global__ void __launch_bounds__(kThreads)
   // A template flag, so the grad_feats-only kernel does not carry the
   // registers of the points gradient.
   constexpr bool with_points = kWithPoints;
+  // A point's coordinates are loaded one iteration ahead: loaded in it, the
+  // weights waited a memory round trip before the packs' loads went out.
+  const auto load_point = [&](int64_t q, A (&xyz)[3]) {
+    if (q < n) {
+      const T* pt = points + q * ps0;
+#pragma unroll
+      for (int d = 0; d < 3; ++d) xyz[d] = to_acc(pt[d * ps1]);
+    }
+  };
+  A next[3] = {};
+  load_point(mine, next);
   for (int64_t base = mine - offset_in_warp; base < n; base += groups_per_grid) {
     const int64_t p = base + offset_in_warp;
     const bool valid = p < n;
+    const A x = next[0], y = next[1], z = next[2];
+    load_point(p + groups_per_grid, next);
     A sx = 0, sy = 0, sz = 0;
     if (valid) {
-      const T* pt = points + p * ps0;
-      const A x = to_acc(pt[0]), y = to_acc(pt[ps1]), z = to_acc(pt[2 * ps1]);
       A w[8], dx[8], dy[8], dz[8];
       trilinear_weights<A>(x, y, z, w);
       if constexpr (with_points) trilinear_weight_grads<A>(x, y, z, dx, dy, dz);
