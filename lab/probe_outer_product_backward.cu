@@ -124,10 +124,10 @@ void run(const char* name, ScalarKind kind, int64_t batch, int64_t n, int64_t m,
   });
   printf("%s B=%lld n=%lld m=%lld: copy %.3f ms (%.0f GB/s read+write), library %.3f ms (%.0f GB/s read), two reads %.3f ms\n",
          name, (long long)batch, (long long)n, (long long)m, copy, 2 * bytes / copy / 1e6, lib, bytes / lib / 1e6, two);
-  for (int split = 2; split <= 8; split *= 2) {
+  for (int split = 1; split <= 8; split *= 2) {
     const int active = active_clusters(kernel, block, row_bytes, split);
     const float t = median_ms([&] { launch_split(split); });
-    printf("  cluster %d: %d clusters fit at once, %.3f ms (%.0f GB/s)\n", split, active, t, bytes / t / 1e6);
+    printf("  sweep, %d CTAs an item: %d fit at once, %.3f ms (%.0f GB/s)\n", split, active, t, bytes / t / 1e6);
   }
   cudaFree(g); cudaFree(g2); cudaFree(a); cudaFree(b); cudaFree(ga); cudaFree(gb);
 }
@@ -150,5 +150,6 @@ int main(int argc, char** argv) {
   run<__nv_bfloat16>("bf16", ScalarKind::kBFloat16, 4096, 256, 256);
   run<float>("fp32", ScalarKind::kFloat32, 4096, 256, 256);
   run<__nv_bfloat16>("bf16", ScalarKind::kBFloat16, 1024, 512, 512);
+  run<float>("fp32", ScalarKind::kFloat32, 1024, 512, 512);
   return 0;
 }

@@ -558,6 +558,14 @@ dim3 block_for(int64_t packs) {
 
 // The widest strip (in packs per lane) that still lets one block own whole rows.
 constexpr int kMaxPacksPerLane = 4;
+// Where the whole-item sweep can run, the fused launch takes rows of at most
+// this many packs a lane: the sweep (one pack a lane, staged, more CTAs) read
+// faster beyond them on an H200 (lab/probe_outer_product_backward.cu: 16-bit
+// (1024, 512, 512) 0.233 -> 0.166 ms, (512, 1024, 1024) 0.369 -> 0.355;
+// float32 (1024, 512, 512) 0.304 -> 0.273), but not float32 at two packs
+// ((4096, 256, 256) 0.282 against 0.293). float64 was not measured.
+template <typename T>
+constexpr int kFusedPacksPerLane = sizeof(T) == 2 ? 1 : sizeof(T) == 4 ? 2 : kMaxPacksPerLane;
 
 // Whether clusters of `split` CTAs, one an item, suit the whole-item sweep
 // of `batch` items too few to fill the GPU alone: they nearly fill it (a CTA
@@ -565,6 +573,12 @@ constexpr int kMaxPacksPerLane = 4;
 // the clusters fit at once (a second wave for a few of them doubled the time).
 bool split_suits(int64_t batch, int64_t strips, int sms, int split) {
   return split <= strips && batch * split >= sms - sms / 8;
+}
+
+// The share of `waves` whole waves of `at_once` CTAs that `ctas` CTAs fill.
+double wave_fill(int64_t ctas, int64_t at_once) {
+  if (at_once <= 0) return 0;
+  return static_cast<double>(ctas) / static_cast<double>((ctas + at_once - 1) / at_once * at_once);
 }
 
 // A launch configuration of `ctas` CTAs in clusters of `split` along x.
@@ -589,12 +603,15 @@ struct ClusterLaunch {
 };
 
 // Clusters of `split` CTAs of the whole-item sweep that fit the current
-// device at once, looked up once per (device, kernel, split).
+// device at once, looked up once per (device, kernel, split, block, shared
+// memory): the row sums' shared memory grows with n.
 template <typename Kernel>
 int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
   struct Known {
     const void* kernel;
     int device, split, clusters;
+    unsigned block_x;
+    int64_t smem_bytes;
   };
   static std::mutex mutex;
   static std::vector<Known> known;
@@ -603,7 +620,10 @@ int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
   const void* key = reinterpret_cast<const void*>(kernel);
   const std::lock_guard<std::mutex> lock(mutex);
   for (const Known& k : known) {
-    if (k.kernel == key && k.device == device && k.split == split) return k.clusters;
+    if (k.kernel == key && k.device == device && k.split == split && k.block_x == block.x &&
+        k.smem_bytes == smem_bytes) {
+      return k.clusters;
+    }
   }
   const ClusterLaunch launch(split, block, smem_bytes, split, nullptr);
   int clusters = 0;
@@ -611,7 +631,7 @@ int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
     cudaGetLastError();  // leave no sticky error behind: the caller falls back
     clusters = 0;
   }
-  known.push_back({key, device, split, clusters});
+  known.push_back({key, device, split, clusters, block.x, smem_bytes});
   return clusters;
 }
 
@@ -708,7 +728,33 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       T* ga = static_cast<T*>(grad_a);
       T* gb = static_cast<T*>(grad_b);
       const dim3 block = block_for(packs);
-      const bool fused = packs <= int64_t{kMaxPacksPerLane} * block.x;
+      const int64_t strips = (packs + block.x - 1) / block.x;
+      const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
+      const int sms = sm_count();
+      const auto kernel = cols_kernel<T, W, 1>();
+      if (kernel == nullptr) return cudaGetLastError();
+      const int64_t smem_bytes = kStageRingBytes<T, W, 1> + row_bytes;
+      const bool sweep = ga != nullptr && gb != nullptr && m > 0 && row_bytes <= kMaxRowSumBytes;
+      const bool clusters = compute_major() >= 9 && sizeof(T) < 8;  // float64 row sums stay out
+      int split = 1;  // CTAs an item; 0: no whole-item sweep
+      if (sweep && batch < 2 * int64_t{sms}) {
+        // Too few items for a CTA each: the largest cluster that suits (8,
+        // the portable size, down to 2). Clusters and their shared memory
+        // need sm_90.
+        split = 0;
+        for (int c = 8; clusters && c >= 2 && split == 0; c /= 2) {
+          if (split_suits(batch, strips, sms, c) && batch <= active_clusters(kernel, block, smem_bytes, c)) split = c;
+        }
+      } else if (sweep && clusters && strips >= 4 &&
+                 wave_fill(batch, active_clusters(kernel, block, smem_bytes, 1)) <
+                     wave_fill(2 * batch, 2 * int64_t{active_clusters(kernel, block, smem_bytes, 2)})) {
+        // Pairs of CTAs an item where they fill the last wave better and
+        // each CTA still sweeps two strips or more (16-bit (512, 1024, 1024)
+        // on an H200: 0.355 -> 0.299 ms; float32, whose waves fill alike, and
+        // 16-bit (1024, 512, 512), one strip a CTA, were no faster).
+        split = 2;
+      }
+      const bool fused = packs <= (sweep && split > 0 ? kFusedPacksPerLane<T> : kMaxPacksPerLane) * int64_t{block.x};
       if (fused && gb != nullptr) {
         // One strip per batch item: both gradients from one read of grad_out.
         // Blocks run even when n or m is 0, to write the (zero) sums. P packs
@@ -717,9 +763,9 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         // loads in flight.
         const auto launch_fused = [&](auto p_tag) {
           constexpr int P = decltype(p_tag)::value;
-          const auto kernel = cols_kernel<T, W, P>();
-          if (kernel == nullptr) return cudaGetLastError();
-          kernel<<<grid_for(batch, 1), block, kStageRingBytes<T, W, P>, stream>>>(
+          const auto fused_kernel = cols_kernel<T, W, P>();
+          if (fused_kernel == nullptr) return cudaGetLastError();
+          fused_kernel<<<grid_for(batch, 1), block, kStageRingBytes<T, W, P>, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
               b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, 1, accumulate);
           return cudaGetLastError();
@@ -729,36 +775,17 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         if (packs <= 2 * int64_t{block.x}) return launch_fused(std::integral_constant<int, 2>{});
         return launch_fused(std::integral_constant<int, 4>{});
       }
-      const int64_t strips = (packs + block.x - 1) / block.x;
-      const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
-      const int sms = sm_count();
-      const auto kernel = cols_kernel<T, W, 1>();
-      if (kernel == nullptr) return cudaGetLastError();
-      const int64_t ring_bytes = kStageRingBytes<T, W, 1>;
-      const bool sweep = ga != nullptr && gb != nullptr && m > 0 && row_bytes <= kMaxRowSumBytes;
-      int split = 1;  // CTAs an item; 0: no whole-item sweep
-      if (sweep && batch < 2 * int64_t{sms}) {
-        // Too few items for a CTA each: the largest cluster that suits (8,
-        // the portable size, down to 2). Clusters and their shared memory
-        // need sm_90; float64 row sums stay out of them.
-        split = 0;
-        if (compute_major() >= 9 && sizeof(T) < 8) {
-          for (int c = 8; c >= 2 && split == 0; c /= 2) {
-            if (split_suits(batch, strips, sms, c) && batch <= active_clusters(kernel, block, ring_bytes + row_bytes, c)) split = c;
-          }
-        }
-      }
       if (sweep && split > 0) {
         // Enough batch items (or items shared by a cluster) to fill the GPU:
         // a block sweeps its item strip by strip and still reads grad_out once.
         if (split == 1) {
-          kernel<<<grid_for(batch, 1), block, ring_bytes + row_bytes, stream>>>(
+          kernel<<<grid_for(batch, 1), block, smem_bytes, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
               b.stride[1], b_packed, ga, gb, batch, n, m, strips, true, 1, accumulate);
           return cudaGetLastError();
         }
-        // One cluster an item: only as many as fit at once were admitted.
-        const ClusterLaunch launch(batch * split, block, ring_bytes + row_bytes, split, stream);
+        // One cluster an item (of few items, only as many as fit at once).
+        const ClusterLaunch launch(batch * split, block, smem_bytes, split, stream);
         return cudaLaunchKernelEx(&launch.config, kernel, g, gs[0], gs[1], gs[2], ap, a.stride[0],
                                   a.stride[1], bp, b.stride[0], b.stride[1], b_packed, ga, gb,
                                   batch, n, m, strips, true, split, accumulate);
@@ -776,7 +803,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         if (err != cudaSuccess) return err;
       }
       if (gb != nullptr && m > 0) {
-        kernel<<<grid_for(batch * strips, 1), block, ring_bytes, stream>>>(
+        kernel<<<grid_for(batch * strips, 1), block, kStageRingBytes<T, W, 1>, stream>>>(
             g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
             b.stride[1], b_packed, nullptr, gb, batch, n, m, strips, false, 1, accumulate);
       }
