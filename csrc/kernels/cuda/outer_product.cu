@@ -307,10 +307,13 @@ constexpr bool kStaged = V * sizeof(T) == 16 && P <= 2;
 template <typename T, int V, int P>
 constexpr int64_t kStageRingBytes = kStaged<T, V, P> ? int64_t{kStages} * kStepRows<T, P> * P * kThreads * 16 : 0;
 
+// Before sm_80 (no cp.async) the copy is a plain load and store.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
