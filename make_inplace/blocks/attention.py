@@ -282,12 +282,7 @@ class _Block:
     def _finish_(self, xp: torch.Tensor, o: torch.Tensor, q_rows: torch.Tensor) -> None:
         """x_P += o W_o^T + b_o, then the post-norm; o is (g, H, p, hd), q_rows the panel's spent queries."""
         o2 = o.transpose(1, 2).reshape(xp.shape[0], self.heads * self.head_dim)
-        if self.bo is not None and xp.is_cuda and q_rows.numel() >= xp.numel():
-            linear.add_projection_(xp, o2, self.wo, self.bo, self.layout, scratch=q_rows)
-        else:
-            linear.accumulate_(xp, o2, self.wo, self.layout)
-            if self.bo is not None:
-                xp.add_(self.bo)
+        linear.add_projection_(xp, o2, self.wo, self.bo, self.layout, scratch=q_rows)
         if self.post_norm is not None:
             self.post_norm.apply_(xp)
 

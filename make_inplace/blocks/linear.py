@@ -46,15 +46,17 @@ def project_activated(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return torch._addmm_activation(bias, rows, _rhs(weight, layout), use_gelu=gelu, out=out)
 
 
-def accumulate_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
-    """target += rows @ W^T in one GEMM with beta = 1 (C = D = target; A, B must not alias it)."""
-    return target.addmm_(rows, _rhs(weight, layout))
-
-
-def add_projection_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, layout: str, *,
-                    scratch: torch.Tensor) -> torch.Tensor:
-    """target += rows @ W^T + bias, through ``scratch`` (spent rows, at least target's elements): the bias
-    rides in the GEMM's epilogue, where on CUDA a separate broadcast add runs at a third of the copy
-    bandwidth. For CUDA only: on the CPU the extra whole-tensor add costs more than it saves."""
-    y = scratch.view(-1)[: target.numel()].view(target.shape)
-    return target.add_(project(rows, weight, bias, layout, out=y))
+def add_projection_(target: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    layout: str, *, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """target += rows @ W^T (+ bias). On CUDA, with a bias and ``scratch`` (spent rows of at least target's
+    elements, aliasing neither target nor rows), ``rows @ W^T + bias`` goes over scratch with the bias in the
+    GEMM's epilogue and is then added: there a separate broadcast add runs at a third of the copy bandwidth.
+    Otherwise one GEMM accumulating into target (beta = 1; rows and W must not alias it), then the bias: on
+    the CPU the extra whole-tensor add costs more than the broadcast add it saves."""
+    if bias is not None and target.is_cuda and scratch is not None and scratch.numel() >= target.numel():
+        y = scratch.view(-1)[: target.numel()].view(target.shape)
+        return target.add_(project(rows, weight, bias, layout, out=y))
+    target.addmm_(rows, _rhs(weight, layout))
+    if bias is not None:
+        target.add_(bias)
+    return target

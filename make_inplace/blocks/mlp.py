@@ -127,12 +127,8 @@ def residual_mlp_(
                 t.mul_(activate_(g, activation))
             else:
                 activate_(t, activation)
-        if norm is not None and fc2_bias is not None and x.is_cuda:
-            linear.add_projection_(xp, t, fc2_weight, fc2_bias, weight_layout, scratch=h)
-        else:
-            linear.accumulate_(xp, t, fc2_weight, weight_layout)
-            if fc2_bias is not None:
-                xp.add_(fc2_bias)
+        # h is spent; without a norm it is x_P itself, no scratch.
+        linear.add_projection_(xp, t, fc2_weight, fc2_bias, weight_layout, scratch=h if norm is not None else None)
         del h
         if post_norm is not None:
             post_norm.apply_(xp)
