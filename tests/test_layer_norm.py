@@ -123,6 +123,29 @@ def test_cuda_register_rows_match_torch(dtype, width, kind, offset):
     torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=1e-5, atol=1e-5)
 
 
+# 16-bit rows of up to 64 vectors are walked row after row by each thread
+# group (short_rows.cuh): more rows than the resident grid holds at once, a
+# last warp partly past the end, partial groups of vectors (24, 136), and a
+# constant row and an outlier first element far from zero near the end.
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [8, 24, 32, 128, 136, 512])
+@pytest.mark.parametrize("kind", ["none", "affine"])
+@pytest.mark.parametrize("offset", [1.5, 1000.0])
+def test_cuda_walked_rows_match_torch(dtype, width, kind, offset):
+    rows = 150_001
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3 + offset
+    x[-1] = offset
+    x[-2, 0] += 40
+    w, b = affine((width,), "cuda", dtype, kind)
+    expected = reference(x, (width,), w, b)
+    _, mean_ref, rstd_ref = torch.ops.aten.native_layer_norm(x.double(), [width], None, None, 1e-5)
+    mean, rstd = op.layer_norm_stats_(x, [width], w, b, 1e-5)
+    assert_close(x, expected, dtype)
+    torch.testing.assert_close(mean.double(), mean_ref.reshape(rows), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=1e-5, atol=1e-5)
+
+
 # Register rows (1024, 4096, 16384), staged rows of one CTA and of clusters of
 # 2 to 8 (24576 to 262144) and two-pass rows (1048576), in every order: a
 # kernel's launch limits must hold whatever widths ran before.

@@ -258,6 +258,27 @@ def test_inf_and_nan_rows_as_torch(device, dtype, width):
     assert torch.isnan(x[0]).all() and torch.isnan(x[1]).all()
 
 
+# Rows of 16 to 32 vectors (16-bit: 128-256 columns, float32: 64-128) are
+# walked row after row by each thread group (short_rows.cuh): more rows than
+# the resident grid holds at once, a last warp partly past the end, a partial
+# last vector's worth of lanes (136), and -inf, NaN and +inf rows among them.
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [64, 128, 136, 256])
+@pytest.mark.parametrize("scale", [None, 0.125])
+def test_cuda_walked_rows_match_torch(dtype, width, scale):
+    rows = 150_001
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 4
+    x[5] = float("-inf")
+    x[70_000, width // 2] = float("nan")
+    x[-2, width - 1] = float("inf")
+    x[-1, : width // 2] = float("-inf")
+    expected = reference(x, -1, scale)
+    make_inplace.softmax_(x, scale=scale)
+    assert_close(x, expected, dtype)
+    assert torch.isnan(x[5]).all() and torch.isnan(x[70_000]).all()
+
+
 def check_short_rows(dtype: torch.dtype, width: int, scale: float | None) -> None:
     """35 rows: two groups of 16 (8 on AVX2) through the CPU's transposed
     short-row path and 3 left over, with -inf, NaN and +inf rows in both."""

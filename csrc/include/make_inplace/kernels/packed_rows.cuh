@@ -138,6 +138,19 @@ __device__ __forceinline__ void unpack_vector(const V v, float* out) {
   }
 }
 
+// Element 0 of a 16-byte vector of T, as a float.
+template <typename T, typename V>
+__device__ __forceinline__ float first_float(const V v) {
+  const Words q = as_words(v);
+  if constexpr (sizeof(T) == 2) {
+    float lo, hi;
+    unpack_pair(T{}, q.w[0], lo, hi);
+    return lo;
+  } else {
+    return __uint_as_float(q.w[0]);
+  }
+}
+
 template <typename T, typename V>
 __device__ __forceinline__ V pack_vector(const float* in) {
   Words q;
