@@ -202,7 +202,7 @@ def readme_rows(rows: list[dict]) -> list[dict]:
             "ceiling_share": _span([r["ceiling_share"] for r in rs]),
             "ours_mib": _span([r["ours_mib"] for r in rs]),
             "torch_eager_mib": _span([r["torch_eager_mib"] for r in rs]),
-            "commit": rs[0]["commit"],
+            "commit": ", ".join(dict.fromkeys(r["commit"] for r in rs)),  # every commit behind the range
         }
         for (op, dtype), rs in picked.items()
     ]

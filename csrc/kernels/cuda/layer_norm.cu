@@ -7,7 +7,9 @@
 // up to 32 elements per thread take layer_norm_rows_plain_kernel (each element
 // converted once, packed pairs, statistics about the row's first element with
 // a corrected second pass where that loses accuracy; float32 rows of a whole
-// 512-thread CTA prefetch the next wave's rows into L2). Longer rows: a CTA per row
+// 512-thread CTA prefetch the next wave's rows into L2), 16-bit rows of up to
+// 64 vectors the same statistics walked row after row by each thread group
+// (layer_norm_short_rows_kernel, short_rows.cuh). Longer rows: a CTA per row
 // in two passes over global memory, Welford/Chan statistics in the first,
 // the write in the second; in place, no workspace. Rows of 32 KiB and more
 // that layer_norm_rows_plain_kernel cannot hold (16-byte aligned, sm_90:

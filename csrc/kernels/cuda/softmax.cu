@@ -8,7 +8,9 @@
 //    registers). 16-byte vectors when the row start is 16-byte aligned. The
 //    common case (no mask or causal cut, a positive scale, 16-bit or float32,
 //    up to 32 elements per thread) takes softmax_rows_plain_kernel, which
-//    works on packed pairs and computes each exponential once.
+//    works on packed pairs and computes each exponential once; its rows of
+//    16-32 vectors are walked row after row by each thread group instead
+//    (softmax_short_rows_kernel, short_rows.cuh).
 //  * unmasked rows of 32 KiB and more on sm_90 (16-byte aligned) that the
 //    registers cannot hold: a persistent CTA per row at a time, the rows
 //    staged through a ring of shared-memory slots by bulk copies
