@@ -647,9 +647,9 @@ def _free_cached_blocks():
     torch.cuda.empty_cache()
 
 
-@pytest.mark.parametrize("n,staged,via", [(4096, True, "op"), (65536, True, "op"), (65536, False, "op"),
-                                          (4096, True, "InplaceSoftmax")],
-                         ids=["register-rows", "staged-rows", "long-rows", "module"])
+@pytest.mark.parametrize("n,staged,via", [(128, True, "op"), (4096, True, "op"), (65536, True, "op"),
+                                          (65536, False, "op"), (4096, True, "InplaceSoftmax")],
+                         ids=["walked-rows", "register-rows", "staged-rows", "long-rows", "module"])
 def test_more_than_2_31_elements_softmax(n, staged, via):
     rows = BIG // n + 1
     x = _big((rows, n), BF16, 1)
@@ -680,9 +680,9 @@ def test_more_than_2_31_elements_softmax_columns_and_backward():
         _close(dx[s], 0.5 * yy * (g - (g * yy).sum(-1, keepdim=True)), TOL[BF16] * 4, f"backward rows {s}")
 
 
-@pytest.mark.parametrize("n,staged,via", [(4096, True, "op"), (65536, True, "op"), (65536, False, "op"),
-                                          (4096, True, "InplaceLayerNorm")],
-                         ids=["register-rows", "staged-rows", "long-rows", "module"])
+@pytest.mark.parametrize("n,staged,via", [(128, True, "op"), (4096, True, "op"), (65536, True, "op"),
+                                          (65536, False, "op"), (4096, True, "InplaceLayerNorm")],
+                         ids=["walked-rows", "register-rows", "staged-rows", "long-rows", "module"])
 def test_more_than_2_31_elements_layer_norm(n, staged, via):
     rows = BIG // n + 1
     w = (0.5 + torch.rand(n, device=DEVICE)).to(BF16)

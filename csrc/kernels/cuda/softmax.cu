@@ -561,17 +561,14 @@ cudaError_t launch_plain(T* x, int64_t rows, int64_t n, int tpr, float log2e_sca
   });
 }
 
-// Sets *err; true (the launch was made or failed).
 template <typename T, int TPR>
-bool launch_short(T* x, int64_t rows, int64_t n, float log2e_scale, cudaStream_t stream,
-                  cudaError_t* err) {
+cudaError_t launch_short(T* x, int64_t rows, int64_t n, float log2e_scale, cudaStream_t stream) {
   constexpr auto kernel = softmax_short_rows_kernel<T, TPR>;
   unsigned grid = 0;
-  *err = short_rows_grid<TPR>(kernel, rows, sizeof(T) == 2, &grid);
-  if (*err != cudaSuccess) return true;
+  const cudaError_t err = short_rows_grid<TPR>(kernel, rows, sizeof(T) == 2, &grid);
+  if (err != cudaSuccess) return err;
   kernel<<<grid, kSmallBlock, 0, stream>>>(x, rows, static_cast<int>(n), log2e_scale);
-  *err = cudaGetLastError();
-  return true;
+  return cudaGetLastError();
 }
 
 // softmax_rows_plain_kernel where it applies (the caller has checked 16-byte
@@ -592,8 +589,9 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
     // (70.0 with the grid capped). Narrower rows ran 1-3% slower that way.
     if (nv == 1 && (tpr == 16 || tpr == 32)) {
       const float l2s = log2e_times(scale);
-      return tpr == 16 ? launch_short<T, 16>(x, rows, n, l2s, stream, err)
-                       : launch_short<T, 32>(x, rows, n, l2s, stream, err);
+      *err = tpr == 16 ? launch_short<T, 16>(x, rows, n, l2s, stream)
+                       : launch_short<T, 32>(x, rows, n, l2s, stream);
+      return true;
     }
     return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
       *err = launch_plain<T, decltype(nv_tag)::value>(x, rows, n, tpr, log2e_times(scale), stream);
