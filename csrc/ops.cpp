@@ -75,7 +75,8 @@ constexpr const char* kSchemas[] = {
     "int? workspace_bytes, bool x_aligned, bool weight_aligned, bool bias_aligned, bool allow_tf32, "
     "int capability_major, int capability_minor, bool sm90a, bool tensor_maps, int wgmma_ctas, "
     "int[] wgmma_clusters, int ffma_ctas, int waves_max_width, str forced, "
-    "int tiles_per_cta, int col_tile, bool panels_batched, int? cpu_l2_bytes, bool? cpu_bf16_dot) "
+    "int tiles_per_cta, int col_tile, bool panels_batched, int? cpu_l2_bytes, bool? cpu_bf16_dot, "
+    "bool? cpu_amx, bool? cpu_rows_bf16_dot) "
     "-> (str, int, int, int, int, int, int, int, int, bool)",
     "_set_route_override(str square_matmul_route, int tiles_per_cta, int col_tile, bool panels_batched, "
     "bool staged_rows) -> ()",

@@ -125,11 +125,15 @@ def square_matmul_route(
     panels_batched: bool = True,
     cpu_l2_bytes: int | None = 0,
     cpu_bf16_dot: bool | None = True,
+    cpu_amx: bool | None = False,
+    cpu_rows_bf16_dot: bool | None = False,
 ) -> RoutePlan:
     """The plan square_matmul_ follows for x of shape (rows, n) on ``device``
     (None: the CPU, whose L2 rule weighs ``cpu_l2_bytes`` per core: 0 for no
     L2 rule, None for this machine's, as the op uses; ``cpu_bf16_dot``: whether
-    the CPU has bfloat16 dot products, None for this machine's). Raises RuntimeError where
+    the CPU has bfloat16 dot products, ``cpu_amx``: AMX tiles, ``cpu_rows_bf16_dot``:
+    whether the row kernel multiplies bfloat16 with dot products, each None for
+    this machine's). Raises RuntimeError where
     square_matmul_ would (a width too wide for the zero-workspace kernel with
     no room for a panel)."""
     facts = device or DeviceFacts()
@@ -158,6 +162,8 @@ def square_matmul_route(
         panels_batched=panels_batched,
         cpu_l2_bytes=cpu_l2_bytes,
         cpu_bf16_dot=cpu_bf16_dot,
+        cpu_amx=cpu_amx,
+        cpu_rows_bf16_dot=cpu_rows_bf16_dot,
     )
     return RoutePlan(*result)
 

@@ -72,6 +72,18 @@ def test_cpu_row_kernel_tall_panels(n, rows, dtype, transpose):
     check(x, w, b, transpose, workspace_bytes=0)
 
 
+# bfloat16 rows of even width multiply pairs of k with AVX512-BF16 dot products
+# where the CPU has them (elsewhere, and at odd widths, the float32 tile):
+# column tiles of one and two vectors and a partial last one, slices of w past
+# 256 pairs (n > 512), rows past a register tile, both layouts, a bias.
+@pytest.mark.parametrize("n", [2, 30, 32, 34, 48, 94, 512, 514, 1026])
+@pytest.mark.parametrize("rows", [1, 13, 1000])
+@pytest.mark.parametrize("transpose,bias", [(False, False), (True, True), (False, True)])
+def test_cpu_row_kernel_bfloat16_pairs(n, rows, transpose, bias):
+    x, w, b = make(rows, n, torch.bfloat16, "cpu", bias=bias)
+    check(x, w, b, transpose, workspace_bytes=0)
+
+
 # float32 rows of up to 64 elements (AVX-512) are computed whole in registers,
 # 6 rows at a time, without a panel copy: every column count of 1-4 vectors,
 # every remainder of rows, and one to three last columns as dot products
@@ -89,16 +101,17 @@ import threading, torch, make_inplace
 threading.stack_size(128 * 1024)
 errors = []
 def run():
-    for rows, n in [(13, 64), (900, 512), (100, 33)]:
-        x = torch.randn(rows, n)
-        w = torch.randn(n, n) / n**0.5
-        expected = x.double() @ w.double()
-        make_inplace.square_matmul_(x, w, workspace_bytes=0)
-        errors.append(((x.double() - expected).norm() / expected.norm()).item())
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, n in [(13, 64), (900, 512), (100, 33)]:
+            x = torch.randn(rows, n).to(dtype)
+            w = (torch.randn(n, n) / n**0.5).to(dtype)
+            expected = x.double() @ w.double()
+            make_inplace.square_matmul_(x, w, workspace_bytes=0)
+            errors.append((dtype, ((x.double() - expected).norm() / expected.norm()).item()))
 thread = threading.Thread(target=run)
 thread.start()
 thread.join()
-assert len(errors) == 3 and max(errors) < 2e-5, errors
+assert len(errors) == 6 and all(e < (2e-5 if d == torch.float32 else 1.2e-2) for d, e in errors), errors
 """
 
 

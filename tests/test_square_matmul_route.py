@@ -184,6 +184,14 @@ CASES = [
      {}),
     ("cpu: bf16 without bf16 dot products, wider than 1024: panels", 100000, 1032, BF16, "cpu",
      dict(cpu_bf16_dot=False), "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: bf16 with the row kernel on dot products, no AMX: rows", 100000, 1024, BF16, "cpu",
+     dict(cpu_rows_bf16_dot=True), "cpu_rows", {}),
+    ("cpu: bf16 with the row kernel on dot products, odd n: panels", 100000, 1023, BF16, "cpu",
+     dict(cpu_rows_bf16_dot=True), "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: bf16 with the row kernel on dot products, wider than 1024: panels", 100000, 1026, BF16, "cpu",
+     dict(cpu_rows_bf16_dot=True), "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
+    ("cpu: bf16 where torch's GEMM runs on AMX: panels", 100000, 1024, BF16, "cpu",
+     dict(cpu_rows_bf16_dot=True, cpu_amx=True), "cpu_panels", dict(panel_blocks=1, panel_rows_per_block=6250)),
     ("cpu: fp32 up to 1024 wide: rows whatever the bound", 100000, 1024, F32, "cpu", {}, "cpu_rows", {}),
     ("cpu: fp32 whose w fits L2: rows", 100000, 724, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_rows", {}),
     ("cpu: fp32 whose w outgrows L2: panels", 100000, 725, F32, "cpu", dict(cpu_l2_bytes=2 * MiB), "cpu_panels",
@@ -412,8 +420,13 @@ def test_cpu_facts_are_this_machines():
     assert route(4096, n, F32, "cpu", cpu_l2_bytes=None).route == expected
 
 
+THIS_MACHINE = dict(cpu_bf16_dot=None, cpu_amx=None, cpu_rows_bf16_dot=None)
+
+
 def test_cpu_bf16_fact_is_this_machines():
-    """bfloat16 takes the row kernel exactly where an x86-64 CPU has no bfloat16 dot products."""
+    """bfloat16 takes the row kernel exactly where an x86-64 CPU has no bfloat16
+    dot products, or has them for the row kernel too (AVX-512 in use) and no AMX."""
+    import os
     import platform
 
     if platform.machine() not in ("x86_64", "AMD64"):
@@ -424,7 +437,10 @@ def test_cpu_bf16_fact_is_this_machines():
     except OSError:
         pytest.skip("no /proc/cpuinfo")
     dot = "avx512_bf16" in flags
-    assert route(4096, 512, BF16, "cpu", cpu_bf16_dot=None).route == ("cpu_panels" if dot else "cpu_rows")
+    avx512 = all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+    avx512 = avx512 and os.environ.get("ATEN_CPU_CAPABILITY", "avx512") not in ("default", "avx2")
+    rows = not dot or (avx512 and "amx_bf16" not in flags)
+    assert route(4096, 512, BF16, "cpu", **THIS_MACHINE).route == ("cpu_rows" if rows else "cpu_panels")
 
 
 def test_cpu_bf16_calls_follow_this_machines_fact():
@@ -439,7 +455,7 @@ def test_cpu_bf16_calls_follow_this_machines_fact():
         with torch.profiler.profile() as prof:
             make_inplace.square_matmul_(x, w)
         gemm = any(e.name in ("aten::mm", "aten::addmm") for e in prof.events())
-        assert gemm == (route(4096, n, BF16, "cpu", cpu_bf16_dot=None).route == "cpu_panels"), n
+        assert gemm == (route(4096, n, BF16, "cpu", **THIS_MACHINE).route == "cpu_panels"), n
         torch.testing.assert_close(x, expected, rtol=1.6e-2, atol=1e-2)
 
 

@@ -20,6 +20,8 @@ void square_matmul_cpu(const at::Tensor& x, const at::Tensor& weight,
   square_matmul::Device device;
   device.cpu_l2_bytes = kernels::cpu_l2_rule_bytes();
   device.cpu_bf16_dot = kernels::cpu_has_bf16_dot();
+  device.cpu_amx = kernels::cpu_has_amx();
+  device.cpu_rows_bf16_dot = kernels::square_matmul_rows_bf16_dot();
   const square_matmul::Plan plan = square_matmul::plan(call, device);
   const int64_t n = call.n, rows = call.rows;
   const bool has_bias = bias.has_value() && bias->defined();

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "make_inplace/kernels/cpu_facts.h"
+#include "make_inplace/kernels/square_matmul.h"
 #include "make_inplace/route_override.h"
 #include "make_inplace/square_matmul_route.h"
 #include "make_inplace/torch_kinds.h"
@@ -57,7 +58,8 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
                               c10::IntArrayRef wgmma_clusters, int64_t ffma_ctas,
                               int64_t waves_max_width, c10::string_view forced, int64_t tiles_per_cta,
                               int64_t col_tile, bool panels_batched, std::optional<int64_t> cpu_l2_bytes,
-                              std::optional<bool> cpu_bf16_dot) {
+                              std::optional<bool> cpu_bf16_dot, std::optional<bool> cpu_amx,
+                              std::optional<bool> cpu_rows_bf16_dot) {
   TORCH_CHECK(rows >= 0 && n >= 1, "rows must be >= 0 and n >= 1, got rows = ", rows, ", n = ", n);
   TORCH_CHECK(device == "cuda" || device == "cpu", "device must be 'cuda' or 'cpu', got '", device, "'");
   TORCH_CHECK(!workspace_bytes.has_value() || *workspace_bytes >= 0, "workspace_bytes must be None or >= 0, got ",
@@ -95,6 +97,8 @@ PlanTuple square_matmul_route_op(int64_t rows, int64_t n, at::ScalarType dtype, 
     TORCH_CHECK(cpu_l2_bytes.value_or(0) >= 0, "cpu_l2_bytes must be None or >= 0, got ", cpu_l2_bytes.value_or(0));
     d.cpu_l2_bytes = cpu_l2_bytes.has_value() ? *cpu_l2_bytes : kernels::cpu_l2_rule_bytes();
     d.cpu_bf16_dot = cpu_bf16_dot.has_value() ? *cpu_bf16_dot : kernels::cpu_has_bf16_dot();
+    d.cpu_amx = cpu_amx.has_value() ? *cpu_amx : kernels::cpu_has_amx();
+    d.cpu_rows_bf16_dot = cpu_rows_bf16_dot.has_value() ? *cpu_rows_bf16_dot : kernels::square_matmul_rows_bf16_dot();
   }
   square_matmul::Override o;
   o.route = parse_forced_or_throw(std::string(forced));

@@ -60,6 +60,8 @@ struct Device {
   int64_t waves_max_width = 0;  // widest n the waves kernel takes (0: it cannot run)
   int64_t cpu_l2_bytes = 0;     // CPU: one core's L2 cache (0: unknown, or no L2 rule)
   bool cpu_bf16_dot = true;     // CPU: bfloat16 dot products in hardware (torch's bf16 GEMM fast)
+  bool cpu_amx = false;         // CPU: AMX tiles, which torch's bf16 GEMM runs on (faster still)
+  bool cpu_rows_bf16_dot = false;  // CPU: the row kernel multiplies bfloat16 pairs with dot products
 };
 
 // A route forced by tests and sweeps (docs/routing.md): the forced route runs

@@ -11,7 +11,10 @@
 // transpose for w^T) into a stack buffer that stays in L1, and an MR x NR
 // register tile of results accumulates over it. Slices past the first add
 // to a float tile on the stack; the last one adds the bias and writes x.
-// Half types compute in float32; float64 keeps a plain double loop. The
+// Half types compute in float32; bfloat16 rows of even width on AVX-512 CPUs
+// with AVX512-BF16 keep pairs of k as 32-bit words in the copy and the packed
+// slices and multiply them with vdpbf16ps (micro_tile_pairs), twice the
+// multiply-adds of float32 FMAs. float64 keeps a plain double loop. The
 // stack holds the panel + a slice + the partial tile: about 140 KiB, or 1.5
 // MiB for a tall panel with all of w packed, on a thread whose stack has that
 // much room to spare (on the heap where not even the first fits). Only rows
@@ -30,6 +33,7 @@
 
 #include "cpu_rows.h"
 #include "cpu_stack.h"
+#include "make_inplace/kernels/cpu_facts.h"
 #include "make_inplace/kernels/cpu_parallel.h"
 
 namespace make_inplace::kernels {
@@ -108,6 +112,66 @@ inline void micro_tile(const A& a, const float* b, int64_t kc, V (&acc)[MR][NV])
     for (int v = 0; v < NV; ++v) acc[r][v] = c[r][v];
 }
 
+#if MAKE_INPLACE_CPU_X86
+#define MAKE_INPLACE_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// micro_tile for bfloat16 with hardware dot products (AVX512-BF16): a and b
+// hold pairs of k as 32-bit words (a: pair p of row r at p * MR + r; b: pair
+// p of column c at p * NR + c), and one vdpbf16ps adds both products of a
+// pair to each lane, twice the multiply-adds of an FMA at the same rate.
+template <int MR, int NV>
+MAKE_INPLACE_TARGET_AVX512_BF16 inline void micro_tile_pairs(const uint32_t* a, const uint32_t* b, int64_t kc2,
+                                                             cpu::VecAvx512 (&acc)[MR][NV]) {
+  constexpr int64_t NR = NV * 16;
+  __m512 c[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) c[r][v] = acc[r][v].v;
+  for (int64_t p = 0; p < kc2; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * NR + v * 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[p * MR + r]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v].v = c[r][v];
+}
+
+// slice[p][c] = (w[k0 + 2p][j0 + c], w[k0 + 2p + 1][j0 + c]) as one 32-bit
+// word, for p < kc2 and c < NR (0 past `cols`): the two rows' columns
+// interleaved by one two-source 16-bit permute per 16 columns.
+template <int NV>
+MAKE_INPLACE_TARGET_AVX512_BF16 inline void pack_pairs(const c10::BFloat16* w, int64_t n, int64_t j0, int64_t cols,
+                                                       int64_t k0, int64_t kc2, uint32_t* slice) {
+  constexpr int64_t NR = NV * 16;
+  alignas(64) static constexpr short kIdx[2][32] = {
+      {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
+      {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+       24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
+  const __mmask32 live = cols >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << cols) - 1);
+  for (int64_t p = 0; p < kc2; ++p) {
+    const c10::BFloat16* r0 = w + (k0 + 2 * p) * n + j0;
+    const __m512i lo = _mm512_maskz_loadu_epi16(live, r0);
+    const __m512i hi = _mm512_maskz_loadu_epi16(live, r0 + n);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      const __m512i idx = _mm512_load_si512(kIdx[v]);
+      _mm512_storeu_si512(slice + p * NR + v * 16, _mm512_permutex2var_epi16(lo, idx, hi));
+    }
+  }
+}
+#endif
+
 // A panel of PB bytes of copied rows with its packed slice of w and partial
 // tile: on the stack where it fits, else (threads with small stacks) on the
 // heap. The tall panel's buffers also hold all of w packed (n <= 512), so a
@@ -127,45 +191,53 @@ struct PanelKernel {
   // Panel rows: as many as the buffer holds. Rows so wide that fewer than MR
   // fit take a shorter register tile; wider than the whole buffer, one row at
   // a time from the heap.
-  template <typename V, int64_t PB>
+  // PAIRS (bfloat16, even n, AVX512-BF16): the copy and the packed slices
+  // hold pairs of k as 32-bit words, and the micro-tile is micro_tile_pairs.
+  template <typename V, bool PAIRS, int64_t PB>
   static void run(const Call* c, int64_t begin, int64_t end, Buffers<PB>& b) {
     constexpr int MR = Tile<V>::kRows, NARROW = Tile<V>::kNarrowRows;
-    const int64_t fit = PB / (4 * c->n);
-    if (MR != NARROW && c->n < kTallTileFromWidth) return run_panels<V, NARROW>(c, begin, end, fit / NARROW * NARROW, b);
-    if (fit >= MR) return run_panels<V, MR>(c, begin, end, fit / MR * MR, b);
-    if (fit >= 4) return run_panels<V, 4>(c, begin, end, fit / 4 * 4, b);
-    if (fit >= 2) return run_panels<V, 2>(c, begin, end, fit / 2 * 2, b);
-    run_panels<V, 1>(c, begin, end, 1, b);
+    const int64_t fit = PB / (4 * depth<PAIRS>(c->n));
+    if (MR != NARROW && c->n < kTallTileFromWidth) {
+      return run_panels<V, NARROW, PAIRS>(c, begin, end, fit / NARROW * NARROW, b);
+    }
+    if (fit >= MR) return run_panels<V, MR, PAIRS>(c, begin, end, fit / MR * MR, b);
+    if (fit >= 4) return run_panels<V, 4, PAIRS>(c, begin, end, fit / 4 * 4, b);
+    if (fit >= 2) return run_panels<V, 2, PAIRS>(c, begin, end, fit / 2 * 2, b);
+    run_panels<V, 1, PAIRS>(c, begin, end, 1, b);
   }
 
-  template <typename V, int MR, int64_t PB>
+  // 32-bit entries of k in a row of the copy: n, or n / 2 pairs.
+  template <bool PAIRS>
+  static constexpr int64_t depth(int64_t n) { return PAIRS ? n / 2 : n; }
+
+  template <typename V, int MR, bool PAIRS, int64_t PB>
   static void run_panels(const Call* c, int64_t begin, int64_t end, int64_t panel_rows, Buffers<PB>& b) {
     constexpr int NV = Tile<V>::kVecs;
     constexpr int64_t W = V::kWidth, NR = NV * W;
     static_assert(NR <= kMaxNr, "tile wider than the partial-sum buffer");
-    const int64_t n = c->n;
+    const int64_t n = c->n, d = depth<PAIRS>(n);
     T* x = static_cast<T*>(c->x);
     const T* w = static_cast<const T*>(c->w);
     const T* bias = static_cast<const T*>(c->bias);
 
     std::vector<float> heap_panel;
     float* panel = b.panel;
-    if (panel_rows * n > Buffers<PB>::kPanelFloats) {
-      heap_panel.resize(static_cast<size_t>(panel_rows * n));
+    if (panel_rows * d > Buffers<PB>::kPanelFloats) {
+      heap_panel.resize(static_cast<size_t>(panel_rows * d));
       panel = heap_panel.data();
     }
     float* const slice = b.slice;
     float* const partial = b.partial;
-    if (n > kKc) std::fill(partial, partial + panel_rows * NR, 0.f);  // read only past the first slice
+    if (d > kKc) std::fill(partial, partial + panel_rows * NR, 0.f);  // read only past the first slice
     const float* packed = nullptr;
     if constexpr (Buffers<PB>::kPackedFloats > 1) {
-      if (Buffers<PB>::kPackedFloats >= n * ((n + W - 1) / W * W) && end - begin > panel_rows) {
+      if (Buffers<PB>::kPackedFloats >= d * ((n + W - 1) / W * W) && end - begin > panel_rows) {
         for (int64_t j0 = 0; j0 < n; j0 += NR) {
           const int64_t cols = std::min(NR, n - j0);
           if (NV > 1 && cols <= W) {
-            pack_slice<V, 1>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+            pack<V, 1, PAIRS>(w, n, j0, cols, 0, d, c->transpose, b.packed + j0 * d);
           } else {
-            pack_slice<V, NV>(w, n, j0, cols, 0, n, c->transpose, b.packed + j0 * n);
+            pack<V, NV, PAIRS>(w, n, j0, cols, 0, d, c->transpose, b.packed + j0 * d);
           }
         }
         packed = b.packed;
@@ -177,16 +249,22 @@ struct PanelKernel {
       const int64_t padded = (rows + MR - 1) / MR * MR;  // <= panel_rows, a multiple of MR
       // The pad rows of the last group read as zeros.
       for (int64_t g = 0; g < padded; g += MR) {
-        copy_group<V, MR>(x + (p0 + g) * n, n, std::min<int64_t>(MR, rows - g), panel + g * n);
+        const int64_t live = std::min<int64_t>(MR, rows - g);
+        if constexpr (PAIRS) {  // pairs move as 32-bit words, through the float copy's transposes
+          PanelKernel<float>::copy_group<V, MR>(reinterpret_cast<const float*>(x + (p0 + g) * n), d, live,
+                                                panel + g * d);
+        } else {
+          copy_group<V, MR>(x + (p0 + g) * n, n, live, panel + g * n);
+        }
       }
-      const Panel panel_args{x + p0 * n, w, bias, n, c->transpose, rows, padded, panel, packed, slice, partial};
+      const Panel panel_args{x + p0 * n, w, bias, n, d, c->transpose, rows, padded, panel, packed, slice, partial};
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t cols = std::min(NR, n - j0);
         // A last tile of at most one vector's columns runs one vector wide.
         if (NV > 1 && cols <= W) {
-          tile<V, MR, 1>(panel_args, j0, cols);
+          tile<V, MR, 1, PAIRS>(panel_args, j0, cols);
         } else {
-          tile<V, MR, NV>(panel_args, j0, cols);
+          tile<V, MR, NV, PAIRS>(panel_args, j0, cols);
         }
       }
     }
@@ -221,6 +299,7 @@ struct PanelKernel {
     const T* w;
     const T* bias;
     int64_t n;
+    int64_t depth;  // 32-bit entries of k per row of the copy (depth<PAIRS>)
     bool transpose;
     int64_t rows, padded;  // live rows; rows rounded up to the tile's MR
     const float* a;        // the panel's copy, padded rows zero
@@ -230,22 +309,29 @@ struct PanelKernel {
   };
 
   // Columns [j0, j0 + cols) of the panel's result, cols <= NV * W.
-  template <typename V, int MR, int NV>
+  template <typename V, int MR, int NV, bool PAIRS>
   static void tile(const Panel& p, int64_t j0, int64_t cols) {
     constexpr int64_t W = V::kWidth, NR = NV * W;
-    const int64_t n = p.n;
-    for (int64_t k0 = 0; k0 < n; k0 += kKc) {
-      const int64_t kc = std::min(kKc, n - k0);
-      const bool first = k0 == 0, last = k0 + kc == n;
-      const float* slice = p.packed ? p.packed + j0 * n + k0 * NR : p.slice;
-      if (!p.packed) pack_slice<V, NV>(p.w, n, j0, cols, k0, kc, p.transpose, p.slice);
+    const int64_t n = p.n, d = p.depth;
+    for (int64_t k0 = 0; k0 < d; k0 += kKc) {
+      const int64_t kc = std::min(kKc, d - k0);
+      const bool first = k0 == 0, last = k0 + kc == d;
+      const float* slice = p.packed ? p.packed + j0 * d + k0 * NR : p.slice;
+      if (!p.packed) pack<V, NV, PAIRS>(p.w, n, j0, cols, k0, kc, p.transpose, p.slice);
       for (int64_t g = 0; g < p.padded; g += MR) {
         V acc[MR][NV];
         for (int r = 0; r < MR; ++r)
           for (int v = 0; v < NV; ++v)
             acc[r][v] = first || g + r >= p.rows ? V::broadcast(0.f) : V::load(p.partial + (g + r) * NR + v * W);
-        const float* a = p.a + g * n + k0 * MR;  // the group's interleaved copy
-        micro_tile<V, MR, NV>([a](int64_t k, int r) { return a[k * MR + r]; }, slice, kc, acc);
+        const float* a = p.a + g * d + k0 * MR;  // the group's interleaved copy
+        if constexpr (PAIRS) {
+#if MAKE_INPLACE_CPU_X86
+          micro_tile_pairs<MR, NV>(reinterpret_cast<const uint32_t*>(a), reinterpret_cast<const uint32_t*>(slice),
+                                   kc, acc);
+#endif
+        } else {
+          micro_tile<V, MR, NV>([a](int64_t k, int r) { return a[k * MR + r]; }, slice, kc, acc);
+        }
         const int64_t live = std::min<int64_t>(MR, p.rows - g);
         for (int64_t r = 0; r < live; ++r) {
           if (!last) {
@@ -266,6 +352,27 @@ struct PanelKernel {
           }
         }
       }
+    }
+  }
+
+  // The slice of B for columns [j0, j0 + cols) and entries [k0, k0 + kc) of
+  // k: floats (pack_slice), or with PAIRS pairs of k (k0, kc in pairs). w^T's
+  // pairs are adjacent in its rows: a 32-bit transpose, pack_slice's own on
+  // w viewed as floats.
+  template <typename V, int NV, bool PAIRS>
+  static void pack(const T* w, int64_t n, int64_t j0, int64_t cols, int64_t k0, int64_t kc, bool transpose,
+                   float* slice) {
+    if constexpr (PAIRS) {
+      if (transpose) {
+        PanelKernel<float>::pack_slice<V, NV>(reinterpret_cast<const float*>(w), n / 2, j0, cols, k0, kc, true,
+                                              slice);
+      } else {
+#if MAKE_INPLACE_CPU_X86
+        pack_pairs<NV>(w, n, j0, cols, 2 * k0, kc, reinterpret_cast<uint32_t*>(slice));
+#endif
+      }
+    } else {
+      pack_slice<V, NV>(w, n, j0, cols, k0, kc, transpose, slice);
     }
   }
 
@@ -438,19 +545,30 @@ struct RegisterRows {
 
 // Where a thread's buffers live: PB bytes of panel on its stack, or (PB = 0,
 // threads with small stacks) a short panel's buffers on the heap.
-template <typename T, int64_t PB>
+template <typename T, int64_t PB, bool PAIRS = false>
 struct Panels {
   template <typename V>
   static void run(const Call* c, int64_t begin, int64_t end) {
     if constexpr (PB == 0) {
       const auto buffers = std::make_unique<Buffers<kPanelBytes>>();
-      PanelKernel<T>::template run<V>(c, begin, end, *buffers);
+      PanelKernel<T>::template run<V, PAIRS>(c, begin, end, *buffers);
     } else {
       Buffers<PB> buffers;
-      PanelKernel<T>::template run<V>(c, begin, end, buffers);
+      PanelKernel<T>::template run<V, PAIRS>(c, begin, end, buffers);
     }
   }
 };
+
+#if MAKE_INPLACE_CPU_X86
+// The AVX-512 kernels compiled with AVX512-BF16 as well (the pairs micro-tile).
+template <typename K>
+MAKE_INPLACE_TARGET_AVX512_BF16 MAKE_INPLACE_FLATTEN void run_avx512_bf16(const Call* c, int64_t begin, int64_t end) {
+  K::template run<cpu::VecAvx512>(c, begin, end);
+}
+#endif
+
+// Whether bfloat16 rows take the pairs micro-tile.
+inline bool pairs_fit(const Call* c) { return c->n % 2 == 0 && square_matmul_rows_bf16_dot(); }
 
 // The panel size for a thread's chunk of `rows` rows: the tall panel repacks w
 // four times less often (at n = 512 the packing is a tenth of the time with
@@ -470,6 +588,17 @@ void run_chunk(const Call* c, int64_t begin, int64_t end) {
   if constexpr (std::is_same_v<T, float>) {
     if (register_rows_fit(c->n)) return cpu::run_best<RegisterRows<T>>(c, begin, end);
   }
+#if MAKE_INPLACE_CPU_X86
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    if (pairs_fit(c)) {
+      switch (panel_bytes(end - begin, c->n)) {
+        case kTallPanelBytes: return run_avx512_bf16<Panels<T, kTallPanelBytes, true>>(c, begin, end);
+        case kPanelBytes: return run_avx512_bf16<Panels<T, kPanelBytes, true>>(c, begin, end);
+        default: return run_avx512_bf16<Panels<T, 0, true>>(c, begin, end);
+      }
+    }
+  }
+#endif
   switch (panel_bytes(end - begin, c->n)) {
     case kTallPanelBytes: return cpu::run_best<Panels<T, kTallPanelBytes>>(c, begin, end);
     case kPanelBytes: return cpu::run_best<Panels<T, kPanelBytes>>(c, begin, end);
@@ -509,6 +638,14 @@ void rows_double(const Call& c, int64_t begin, int64_t end) {
 }
 
 }  // namespace
+
+bool square_matmul_rows_bf16_dot() {
+#if MAKE_INPLACE_CPU_X86
+  return cpu_isa() == CpuIsa::kAvx512 && cpu_has_bf16_dot();
+#else
+  return false;
+#endif
+}
 
 int square_matmul_rowwise(ScalarKind kind, void* x, const void* w, const void* bias, int64_t rows, int64_t n,
                           bool transpose) {

@@ -225,10 +225,12 @@ Plan plan_cpu(const Call& c, const Device& d, int64_t row_bytes) {
   const int64_t panel_rows = std::min(c.rows, c.workspace_bound / row_bytes);
   const bool w_in_l2 = d.cpu_l2_bytes <= 0 || c.n * c.n * int64_t{4} <= d.cpu_l2_bytes;
   // torch's float16 GEMM has no fast CPU path; its bfloat16 GEMM has one
-  // only with hardware bfloat16 dot products.
+  // only with hardware bfloat16 dot products, and the row kernel matches it
+  // there with the same dot products (even n), but not AMX's tiles.
+  const bool bf16_rows = !d.cpu_bf16_dot || (d.cpu_rows_bf16_dot && !d.cpu_amx && c.n % 2 == 0);
   const bool rows_faster =
       c.n <= kCpuRowsUpToWidth &&
-      (c.kind == kernels::ScalarKind::kFloat16 || (c.kind == kernels::ScalarKind::kBFloat16 && !d.cpu_bf16_dot) ||
+      (c.kind == kernels::ScalarKind::kFloat16 || (c.kind == kernels::ScalarKind::kBFloat16 && bf16_rows) ||
        (c.kind == kernels::ScalarKind::kFloat32 && w_in_l2));
   Plan p;
   if (rows_faster || panel_rows < std::min(c.rows, kCpuMinPanelRows)) {

@@ -52,6 +52,20 @@ inline bool cpu_has_bf16_dot() {
 #endif
 }
 
+// Whether the CPU has AMX tiles for bfloat16, which torch's bfloat16 GEMM
+// (oneDNN) runs on; false where it cannot tell.
+inline bool cpu_has_amx() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool amx = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("amx-bf16") != 0;
+  }();
+  return amx;
+#else
+  return false;
+#endif
+}
+
 // The L2 size square_matmul_'s CPU routing weighs, 0 for none. The L2 rule
 // is for MKL at its best (Intel); elsewhere MKL runs narrower kernels and the
 // row kernel keeps its lead past L2 (AMD Zen 5, 1 MiB L2: 1.45-1.72x

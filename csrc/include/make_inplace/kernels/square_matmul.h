@@ -21,4 +21,9 @@ int square_matmul_rowwise(ScalarKind kind, void* x, const void* w,
                           const void* bias, int64_t rows, int64_t n,
                           bool transpose);
 
+// Whether square_matmul_rowwise multiplies bfloat16 (rows of even width) with
+// hardware dot products on this CPU: AVX-512 in use (ATEN_CPU_CAPABILITY not
+// below avx512) with AVX512-BF16.
+bool square_matmul_rows_bf16_dot();
+
 }  // namespace make_inplace::kernels
