@@ -245,10 +245,10 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   }
 }
 
-// Returns v, which the compiler then cannot tell is the same every row: without it
-// the float16 kernel converted w and b once before the walk and held 32
-// floats (90 registers against 72). bfloat16's conversion is a shift or a
-// mask, which the compiler already leaves in the loop.
+// Returns v, which the compiler then cannot tell is the same every row:
+// without it the float16 kernel converted w and b once before the walk and
+// held 32 floats (90 registers against 72). bfloat16's conversion is a shift
+// or a mask, which the compiler already leaves in the loop.
 template <typename T, typename V>
 __device__ __forceinline__ V kept_packed(V v) {
   if constexpr (std::is_same_v<T, __half>) {
