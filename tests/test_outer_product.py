@@ -289,16 +289,20 @@ def test_bad_input_names_argument_and_writes_nothing(device, case):
         assert torch.equal(kw[k], v), f"{k} was written by a rejected call"
 
 
-# Rows too wide for one strip. More batch items than twice the SMs (300):
-# each item swept by one CTA, strip by strip, row sums in shared memory.
-# Fewer: on sm_90 a cluster of CTAs shares each item (strips split unevenly
-# at 1288 columns, row counts that do not divide among the CTAs) and adds up
-# the row sums through distributed shared memory; elsewhere grad_out is read
-# twice. Same results every way, accumulate too, and the same bits again.
+# Wide rows. Rows of at most 1024 contiguous 16-byte packs (16-bit, float32)
+# are read whole by each CTA: one CTA an item when items are many (300, 100,
+# 70), and on sm_90 a cluster sharing each item when they are few (40, 20, 12:
+# row counts that do not divide among the CTAs; at 520 columns most lanes have
+# no second pack), column sums meeting through distributed shared memory. Other rows
+# (1025 columns, float64, float32 at 8192 and 8200 columns) are swept strip by
+# strip, row sums in shared memory or, for few items on sm_90, across a
+# cluster. Same results every way, accumulate too, and the same bits again.
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    "batch,n,m", [(300, 33, 1025), (300, 33, 2048), (70, 101, 1288), (40, 257, 2048), (100, 1, 4096)]
+    "batch,n,m",
+    [(300, 33, 1025), (300, 33, 2048), (70, 101, 1288), (40, 257, 2048), (100, 1, 4096), (12, 100, 520),
+     (20, 70, 8192), (20, 33, 8200)],
 )
 def test_cuda_wide_rows(dtype, batch, n, m):
     a, b = make((batch, n), dtype, "cuda"), make((batch, m), dtype, "cuda")

@@ -22,6 +22,7 @@
 #include "make_inplace/kernels/compute_capability.h"
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
+#include "make_inplace/kernels/outer_rows_sweep.cuh"
 #include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
@@ -33,6 +34,7 @@ namespace make_inplace::kernels {
 namespace {
 
 using namespace cuda_detail;
+using namespace outer_detail;
 
 constexpr int kThreads = 256;
 
@@ -52,24 +54,6 @@ struct RowCursor {
     }
   }
 };
-
-template <typename T>
-__device__ __forceinline__ void store_result(T* dst, acc_t<T> value, bool accumulate) {
-  *dst = from_acc<T>(accumulate ? to_acc(*dst) + value : value);
-}
-
-// The V elements of a pack in the accumulation type; 16-byte packs of a
-// 16-bit type as word pairs (packed_rows.cuh): elementwise bf16 conversions
-// held 80 registers where the pairs need 64, a CTA an SM fewer.
-template <typename T, int V>
-__device__ __forceinline__ void unpack(const Pack<T, V>& pack, acc_t<T>* out) {
-  if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
-    rowwise::unpack_vector<T>(pack, out);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e) out[e] = to_acc(pack.v[e]);
-  }
-}
 
 // 16-bit types: each row group writes kRowsPerGroup consecutive rows (flat
 // (s, i) order), holding b[s]'s pack in registers, converted once, while s
@@ -664,6 +648,21 @@ auto cols_kernel() -> decltype(&outer_cols_kernel<T, V, P>) {
   return kernel;
 }
 
+template <typename T, int V, int kCta>
+cudaError_t launch_rows_sweep(const RowsSweepPlan& plan, const RowsSweepArgs<T>& x, cudaStream_t stream) {
+  const auto kernel = &outer_rows_sweep_kernel<T, V, kCta>;
+  const dim3 block(plan.tx, kCta / plan.tx);
+  const int64_t smem = rows_sweep_smem_bytes<T, V>(kCta);
+  // Items beyond a few waves are taken in turn by the CTAs already running.
+  const int64_t grid = std::min<int64_t>(x.batch, int64_t{sm_count()} * 8) * plan.split;
+  if (plan.split == 1) {
+    kernel<<<static_cast<unsigned>(grid), block, smem, stream>>>(x, 1);
+    return cudaGetLastError();
+  }
+  const ClusterLaunch launch(grid, block, smem, plan.split, stream);
+  return cudaLaunchKernelEx(&launch.config, kernel, x, plan.split);
+}
+
 }  // namespace
 
 cudaError_t outer_product_forward_cuda(ScalarKind kind, OuterInput a, OuterInput b,
@@ -734,6 +733,23 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       const int64_t strips = (packs + block.x - 1) / block.x;
       const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
       const int sms = sm_count();
+      if constexpr (W > 1 && sizeof(acc_t<T>) == 4) {
+        if (ga != nullptr && gb != nullptr) {
+          const RowsSweepPlan plan = rows_sweep_plan(batch, n, packs, sms, [&](int threads, int split) {
+            if (compute_major() < 9) return 0;
+            return threads == 256 ? active_clusters(&outer_rows_sweep_kernel<T, W, 256>, dim3(256),
+                                                    rows_sweep_smem_bytes<T, W>(256), split)
+                                  : active_clusters(&outer_rows_sweep_kernel<T, W, 512>, dim3(512),
+                                                    rows_sweep_smem_bytes<T, W>(512), split);
+          });
+          if (plan.threads != 0) {
+            const RowsSweepArgs<T> args{g, gs[0], gs[1], ap, a.stride[0], a.stride[1], bp, b.stride[0], b.stride[1],
+                                        b_packed, ga, gb, batch, n, m, accumulate};
+            return plan.threads == 256 ? launch_rows_sweep<T, W, 256>(plan, args, stream)
+                                       : launch_rows_sweep<T, W, 512>(plan, args, stream);
+          }
+        }
+      }
       const auto kernel = cols_kernel<T, W, 1>();
       if (kernel == nullptr) return cudaGetLastError();
       const int64_t smem_bytes = kStageRingBytes<T, W, 1> + row_bytes;
