@@ -7,8 +7,11 @@
 // in wider types a lane writes one pack of kRowsPerThread consecutive rows.
 // Each output byte is written once; int64 offsets; at most 2^31 - 1 CTAs.
 //
-// Backward: grad_b is a column reduction. A block owns one batch item and a
-// strip of columns; its ty row-groups accumulate column sums in registers and
+// Backward: grad_a sums each row against b, grad_b each column against a.
+// Rows of 33 to 1024 contiguous 16-byte packs (16-bit, float32) are read
+// whole by each CTA, an item's rows shared by a cluster when items are few
+// (outer_rows_sweep.cuh). Otherwise a block owns one batch item and a strip
+// of columns; its ty row-groups accumulate column sums in registers and
 // combine them in shared memory at the end (no atomics, deterministic). When
 // the strip spans the whole row (m <= 32 lanes x 4 packs), the same sweep also
 // forms the row sums for grad_a with a shuffle-reduce across the lanes, so
@@ -17,8 +20,8 @@
 // are too few to fill the GPU, by a cluster of blocks per item whose row sums
 // meet in distributed shared memory. Otherwise grad_a comes from a separate
 // row-reduction kernel (a group of lanes per row), which reads grad_out a
-// second time. The sweeps copy 16-byte packs a step ahead into shared memory
-// (cp.async), so the loads overlap the sums.
+// second time. The column sweeps copy 16-byte packs a step ahead into shared
+// memory (cp.async), so the loads overlap the sums.
 #include "make_inplace/kernels/compute_capability.h"
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
@@ -733,6 +736,8 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
       const int64_t strips = (packs + block.x - 1) / block.x;
       const int64_t row_bytes = n * static_cast<int64_t>(sizeof(acc_t<T>));
       const int sms = sm_count();
+      // Both gradients of rows the rows sweep takes: whole rows a CTA, one
+      // read (rows_sweep_plan says which). The column sweeps below take the rest.
       if constexpr (W > 1 && sizeof(acc_t<T>) == 4) {
         if (ga != nullptr && gb != nullptr) {
           const RowsSweepPlan plan = rows_sweep_plan(batch, n, packs, sms, [&](int threads, int split) {
