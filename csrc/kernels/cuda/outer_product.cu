@@ -226,33 +226,6 @@ __device__ __forceinline__ A warp_transpose_sum(const A (&v)[kRowBlock], int lan
   return r;
 }
 
-// The row sums of a cluster's CTAs added up: CTA `rank` sums its share of
-// the rows over every CTA's row_acc (distributed shared memory) and writes
-// them. The barrier before lets every partial land; the one after keeps
-// each CTA's row_acc alive, unchanged, until its peers have read it.
-template <typename T>
-__device__ __forceinline__ void cluster_row_sums(const float* row_acc, T* grad_a, int64_t n,
-                                                 int split, int rank, int tid, bool accumulate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  sm90::cluster_sync();
-  const int64_t share = (n + split - 1) / split;
-  const int64_t end = min(n, (rank + 1) * share);
-  const uint32_t local = sm90::shared_address(row_acc);
-  for (int64_t i = rank * share + tid; i < end; i += kThreads) {
-    float sum = 0;
-    for (int q = 0; q < split; ++q) {
-      uint32_t remote;
-      float v;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local + static_cast<uint32_t>(i * 4)), "r"(q));
-      asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-      sum += v;
-    }
-    store_result(grad_a + i, sum, accumulate);
-  }
-  sm90::cluster_sync();
-#endif
-}
-
 // grad_b (and, when grad_a is non-null, grad_a). blockDim = (tx, ty), tx a
 // power of two <= 32; each lane holds P packs of a strip: columns
 // (strip * P + p) * tx + threadIdx.x. A block iteration takes
@@ -528,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
       for (int64_t i = y; i < n; i += ty) store_result(grad_a + s * n + i, row_acc[i], accumulate);
     }
     if (rows_in_smem && split > 1) {
-      if constexpr (sizeof(A) == 4) cluster_row_sums(row_acc, grad_a + s * n, n, split, rank, tid, accumulate);
+      if constexpr (sizeof(A) == 4) cluster_sums(row_acc, grad_a + s * n, n, split, rank, tid, kThreads, accumulate);
     }
   }
 }
