@@ -8,9 +8,10 @@
 // (grad_b). Every sum has a fixed order: deterministic, no atomics, no
 // workspace.
 //
-// Why: the column sweep it replaces (a CTA a strip of columns, down every
-// row) read 16-bit (64, 4096, 4096) at 0.65 of the copy bandwidth on an
-// H200; this reads it at 1.0 (docs/notes/outer_product.md).
+// Why: the column sweep (a CTA a strip of columns, down every row), which
+// still takes the rows this does not, read 16-bit (64, 4096, 4096) at 0.65
+// of the copy bandwidth on an H200; this reads it at 1.0
+// (docs/notes/outer_product.md).
 #include <cuda_runtime.h>
 
 #include <cstdint>
