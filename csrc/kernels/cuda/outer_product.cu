@@ -240,19 +240,22 @@ __device__ __forceinline__ A warp_transpose_sum(const A (&v)[kRowBlock], int lan
 // an item: CTA r sweeps strips r, r + split, ... and the row sums of the
 // CTAs meet through distributed shared memory, so few batch items still
 // fill the GPU with one read of grad_out.
-// One pack a lane (P = 1) reads kSweepRows(T) rows a step and keeps
-// kSweepCtas(T) CTAs an SM, the best pair with the staging ring below on an
-// H200 (lab/probe_outer_product_backward.cu; 16-bit (64, 4096, 4096): 4 rows
-// and 3 CTAs 0.78 ms, 8 and 2 0.85; float32 (512, 1024, 1024): 8 and 2 0.52,
-// 4 and 3 0.67).
-template <typename T>
-constexpr int kSweepRows = sizeof(T) == 2 ? 4 : 8;
-template <typename T>
-constexpr int kSweepCtas = sizeof(T) == 2 ? 3 : 2;
+// One pack a lane (P = 1) reads kSweepRows rows a step and keeps kSweepCtas
+// CTAs an SM, the best pairs with the staging ring below on an H200
+// (lab/probe_outer_product_backward.cu; 16-bit (64, 4096, 4096): 4 rows and 3
+// CTAs 0.78 ms, 8 and 2 0.85; float32 (512, 1024, 1024): 8 and 2 0.52, 4 and
+// 3 0.67). 16-bit rows of at most 16 packs (kNarrow: the fused sweep, half a
+// warp a row or less) read 2 rows a step with 4 CTAs an SM, 3-13% faster at
+// 32-128 columns; at 32 packs the two pairs tie and on wider rows 2 and 4
+// lost up to 24% (H200, docs/notes/outer_product.md).
+template <typename T, bool kNarrow = false>
+constexpr int kSweepRows = sizeof(T) == 2 ? (kNarrow ? 2 : 4) : 8;
+template <typename T, bool kNarrow = false>
+constexpr int kSweepCtas = sizeof(T) == 2 ? (kNarrow ? 4 : 3) : 2;
 
 // Rows a row-group reads per step: U * P packs in flight per thread.
-template <typename T, int P>
-constexpr int kStepRows = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
+template <typename T, int P, bool kNarrow = false>
+constexpr int kStepRows = P >= 4 ? 1 : P == 1 ? kSweepRows<T, kNarrow> : 4 / P;
 
 // 16-byte packs are staged: each thread copies the packs of the step
 // kStages - 1 ahead into its own slots of a ring (cp.async) before it sums the
@@ -264,8 +267,9 @@ constexpr int kStepRows = P >= 4 ? 1 : P == 1 ? kSweepRows<T> : 4 / P;
 constexpr int kStages = 2;
 template <typename T, int V, int P>
 constexpr bool kStaged = V * sizeof(T) == 16 && P <= 2;
-template <typename T, int V, int P>
-constexpr int64_t kStageRingBytes = kStaged<T, V, P> ? int64_t{kStages} * kStepRows<T, P> * P * kThreads * 16 : 0;
+template <typename T, int V, int P, bool kNarrow = false>
+constexpr int64_t kStageRingBytes =
+    kStaged<T, V, P> ? int64_t{kStages} * kStepRows<T, P, kNarrow> * P * kThreads * 16 : 0;
 
 // Before sm_80 (no cp.async) the copy is a plain load and store.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -289,8 +293,8 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-template <typename T, int V, int P>
-__global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
+template <typename T, int V, int P, bool kNarrow = false>
+__global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T, kNarrow> : 1)
     outer_cols_kernel(const T* __restrict__ g, int64_t gs0, int64_t gs1, int64_t gs2,
                       const T* __restrict__ a, int64_t as0, int64_t as1,
                       const T* __restrict__ b, int64_t bs0, int64_t bs1, bool b_packed,
@@ -302,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   // The staging ring, then the row sums.
   auto* ring = reinterpret_cast<Pack<T, V>*>(dynamic_smem);
-  A* row_acc = reinterpret_cast<A*>(dynamic_smem + kStageRingBytes<T, V, P>);
+  A* row_acc = reinterpret_cast<A*>(dynamic_smem + kStageRingBytes<T, V, P, kNarrow>);
   const int tx = blockDim.x, ty = blockDim.y;
   const int x = threadIdx.x, y = threadIdx.y;
   const int tid = y * tx + x;
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? kSweepCtas<T> : 1)
       // U rows per row-group and step, their loads issued before any use (one
       // pack of one row left the memory system idle, 43-53% of the copy
       // bandwidth on an H200).
-      constexpr int U = kStepRows<T, P>;
+      constexpr int U = kStepRows<T, P, kNarrow>;
       // i0 advances identically for every thread, so the shuffles below are
       // reached by whole warps. One pack a lane (the wide rows) takes blocks
       // of kRowBlock rows for warp_transpose_sum; more packs a lane sum each
@@ -601,12 +605,13 @@ int active_clusters(Kernel kernel, dim3 block, int64_t smem_bytes, int split) {
 // Row sums kept in dynamic shared memory by the whole-item sweep.
 constexpr int64_t kMaxRowSumBytes = 32 * 1024;
 
-// outer_cols_kernel<T, V, P> with its dynamic shared memory limit raised, once
-// per device, to its staging ring and the most row sums: the default limit is
-// 48 KiB less the static `partial` array. nullptr if the driver refused.
-template <typename T, int V, int P>
-auto cols_kernel() -> decltype(&outer_cols_kernel<T, V, P>) {
-  const auto kernel = &outer_cols_kernel<T, V, P>;
+// outer_cols_kernel<T, V, P, kNarrow> with its dynamic shared memory limit
+// raised, once per device, to its staging ring and the most row sums: the
+// default limit is 48 KiB less the static `partial` array. nullptr if the
+// driver refused.
+template <typename T, int V, int P, bool kNarrow = false>
+auto cols_kernel() -> decltype(&outer_cols_kernel<T, V, P, kNarrow>) {
+  const auto kernel = &outer_cols_kernel<T, V, P, kNarrow>;
   static std::mutex mutex;
   static std::vector<int> raised;  // devices
   int device = 0;
@@ -615,7 +620,7 @@ auto cols_kernel() -> decltype(&outer_cols_kernel<T, V, P>) {
   for (int d : raised) {
     if (d == device) return kernel;
   }
-  const int64_t bytes = kStageRingBytes<T, V, P> + kMaxRowSumBytes;
+  const int64_t bytes = kStageRingBytes<T, V, P, kNarrow> + kMaxRowSumBytes;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
       cudaSuccess) {
     return nullptr;
@@ -758,19 +763,24 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         // per lane, no more than the row needs: each one costs V registers
         // and kThreads * V words of shared memory, i.e. resident CTAs and
         // loads in flight.
-        const auto launch_fused = [&](auto p_tag) {
+        const auto launch_fused = [&](auto p_tag, auto narrow_tag) {
           constexpr int P = decltype(p_tag)::value;
-          const auto fused_kernel = cols_kernel<T, W, P>();
+          constexpr bool kNarrow = decltype(narrow_tag)::value;
+          const auto fused_kernel = cols_kernel<T, W, P, kNarrow>();
           if (fused_kernel == nullptr) return cudaGetLastError();
-          fused_kernel<<<grid_for(batch, 1), block, kStageRingBytes<T, W, P>, stream>>>(
+          fused_kernel<<<grid_for(batch, 1), block, kStageRingBytes<T, W, P, kNarrow>, stream>>>(
               g, gs[0], gs[1], gs[2], ap, a.stride[0], a.stride[1], bp, b.stride[0],
               b.stride[1], b_packed, ga, gb, batch, n, m, 1, false, 1, accumulate);
           return cudaGetLastError();
         };
+        using One = std::integral_constant<int, 1>;
         static_assert(kMaxPacksPerLane == 4, "the fused launch picks P in {1, 2, 4}");
-        if (packs <= block.x) return launch_fused(std::integral_constant<int, 1>{});
-        if (packs <= 2 * int64_t{block.x}) return launch_fused(std::integral_constant<int, 2>{});
-        return launch_fused(std::integral_constant<int, 4>{});
+        if constexpr (sizeof(T) == 2 && W > 1) {
+          if (packs <= 16) return launch_fused(One{}, std::true_type{});  // kSweepRows' narrow rows
+        }
+        if (packs <= block.x) return launch_fused(One{}, std::false_type{});
+        if (packs <= 2 * int64_t{block.x}) return launch_fused(std::integral_constant<int, 2>{}, std::false_type{});
+        return launch_fused(std::integral_constant<int, 4>{}, std::false_type{});
       }
       if (sweep && split > 0) {
         // Enough batch items (or items shared by a cluster) to fill the GPU:
