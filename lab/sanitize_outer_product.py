@@ -2,8 +2,9 @@
 (csrc/include/make_inplace/kernels/outer_rows_sweep.cuh) and the column sweep
 beside it: clusters of 2-8 CTAs sharing an item (few items), one 256-thread
 CTA an item (many), 512-thread CTAs (rows over 512 packs), lanes without a
-second pack, rows that do not divide among the CTAs; each checked against a
-float64 sum.
+second pack, rows that do not divide among the CTAs, and the fused sweep's
+narrow 16-bit rows (1-16 packs, `kNarrow`); each checked against a float64
+sum.
 
     compute-sanitizer --tool memcheck python lab/sanitize_outer_product.py
     compute-sanitizer --tool racecheck python lab/sanitize_outer_product.py
@@ -13,7 +14,8 @@ import torch
 
 import make_inplace
 
-CASES = [(12, 100, 520), (200, 33, 264), (140, 9, 8), (10, 37, 4096), (9, 20, 8192), (70, 3, 1288)]
+CASES = [(12, 100, 520), (200, 33, 264), (140, 9, 8), (10, 37, 4096), (9, 20, 8192), (70, 3, 1288),
+         (3, 5, 8), (7, 33, 16), (300, 17, 128), (2, 1, 64), (1000, 64, 120)]
 
 
 def main() -> None:
