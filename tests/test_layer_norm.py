@@ -123,6 +123,23 @@ def test_cuda_register_rows_match_torch(dtype, width, kind, offset):
     torch.testing.assert_close(rstd.double(), rstd_ref.reshape(rows), rtol=1e-5, atol=1e-5)
 
 
+# float32 register rows over 2-4 warps of two 16-byte vectors a thread (512
+# and 1024 columns) beside rows that stay one warp's (768 and 1000 columns,
+# and 16-bit rows, kept packed); a constant row and rows far from zero for the
+# second pass's CTA-wide vote.
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [512, 768, 1000, 1024])
+def test_cuda_rows_over_warps_match_torch(dtype, width):
+    x = torch.randn(1000, width, device="cuda", dtype=dtype) * 3 + 1000.0
+    x[0] = 1000.0
+    x[1, 0] += 40
+    w, b = affine((width,), "cuda", dtype, "affine")
+    expected = reference(x, (width,), w, b)
+    make_inplace.layer_norm_(x, (width,), w, b)
+    assert_close(x, expected, dtype)
+
+
 # 16-bit rows of up to 64 vectors are walked row after row by each thread
 # group (short_rows.cuh): more rows than the resident grid holds at once, a
 # last warp partly past the end, partial groups of vectors (24, 136), and a

@@ -54,6 +54,21 @@ def test_widths_match_torch(device, dtype, width, weighted):
     assert_close(x, expected, dtype)
 
 
+# Register rows over 2-4 warps of two 16-byte vectors a thread (float32 512
+# and 1024 columns, 16-bit 1024) beside rows that stay one warp's (768 and
+# float32 1000 columns).
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [512, 768, 1000, 1024])
+def test_cuda_rows_over_warps_match_torch(dtype, width):
+    x = torch.randn(1000, width, device="cuda", dtype=dtype) * 3 + 1.5
+    x[0] = 0  # a zero row: rstd from eps alone
+    w = torch.randn(width, device="cuda", dtype=dtype)
+    expected = reference(x, (width,), w)
+    make_inplace.rms_norm_(x, width, w)
+    assert_close(x, expected, dtype)
+
+
 # Staged rows (sm_90, 16-bit and float32): one CTA per row at 1-3 slots of
 # 32 KiB (a last piece cut short at 40008), a 2-CTA cluster splitting rows of
 # four or more slots (65536, 73744 with halves ending short, 98304) and rows

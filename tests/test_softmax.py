@@ -58,6 +58,20 @@ def test_widths_match_torch(device, dtype, width):
     assert_close(x, expected, dtype)
 
 
+# Register rows over 2-4 warps of two 16-byte vectors a thread (float32 512
+# and 1024 columns, 16-bit 1024) beside rows that stay one warp's (768 and
+# float32 1000 columns).
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [512, 768, 1000, 1024])
+def test_cuda_rows_over_warps_match_torch(dtype, width):
+    x = torch.randn(1000, width, device="cuda", dtype=dtype) * 4
+    x[1, width - 1] = 60  # one large element: the row's max from its last thread
+    expected = reference(x)
+    make_inplace.softmax_(x)
+    assert_close(x, expected, dtype)
+
+
 # Rows of 32 KiB and more (16-byte aligned, unmasked) take the staged kernel on
 # sm_90 (staged_rows.cuh): widths needing 1 to 5 slots of 32 KiB depending on
 # the dtype, a last piece cut short (40008), and more rows than the persistent

@@ -754,7 +754,10 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     int tpr = 0, nv = 0;
     // Two vectors per thread on short rows: fewer shuffles per element for
     // its three reductions.
-    if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
+    // 16-bit rows of 32 elements a thread stay one warp's, kept packed (two
+    // warps of 16 a thread ran 22% slower: H200, bf16 (262144, 1024));
+    // float32 rows take more warps past 2 vectors a thread.
+    if (!on_chip_plan(n / VEC, kMaxNv, 2, sizeof(T) == 2 ? kMaxNv : 2, &tpr, &nv)) return false;
     // 16-bit rows of up to 64 vectors walk (H200, bf16 (262144, 128): 42.5 ->
     // 37.8 us); float32 rows ran 3-6% slower that way.
     if constexpr (sizeof(T) == 2) {
@@ -809,7 +812,8 @@ cudaError_t forward_vec(T* x, const T* w, const T* b, int64_t rows, int64_t n, a
     }
   }
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1, &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1,
+                   max_vectors_per_thread<T>(), &tpr, &nv)) {
     switch (nv) {
       case 1: return launch_rows<T, VEC, 1>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);
       case 2: return launch_rows<T, VEC, 2>(x, w, b, rows, n, tpr, eps, mean, rstd, stream);

@@ -364,7 +364,7 @@ bool forward_plain(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps, acc_
     constexpr int VEC = 16 / sizeof(T);
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
     int tpr = 0, nv = 0;
-    if (!on_chip_plan(n / VEC, kMaxNv, 2, &tpr, &nv)) return false;
+    if (!on_chip_plan(n / VEC, kMaxNv, 2, 2, &tpr, &nv)) return false;
     return with_vectors<kMaxNv>(nv, [&](auto nv_tag) {
       const int block = tpr > 32 ? tpr : kSmallBlock;  // above a warp: one row per CTA
       *err = launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
@@ -394,7 +394,8 @@ cudaError_t forward_vec(T* x, const T* w, int64_t rows, int64_t n, acc_t<T> eps,
     }
   }
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1, &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_vectors_per_thread<T>(), 1,
+                   max_vectors_per_thread<T>(), &tpr, &nv)) {
     switch (nv) {
       case 1: return launch_rows<T, VEC, 1>(x, w, rows, n, tpr, eps, rstd, stream);
       case 2: return launch_rows<T, VEC, 2>(x, w, rows, n, tpr, eps, rstd, stream);

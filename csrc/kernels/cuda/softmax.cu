@@ -505,7 +505,8 @@ template <typename T, int VEC, bool MASKED>
 cudaError_t forward_rows(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal_rows,
                          const MaskLayout& mask, cudaStream_t stream) {
   int tpr = 0, nv = 0;
-  if (on_chip_plan((n + VEC - 1) / VEC, max_nv<T, MASKED>(), 1, &tpr, &nv)) {
+  if (on_chip_plan((n + VEC - 1) / VEC, max_nv<T, MASKED>(), 1, max_nv<T, MASKED>(), &tpr,
+                   &nv)) {
     switch (nv) {
       case 1:
         return launch_rows<T, VEC, 1, MASKED>(x, rows, n, tpr, scale, causal_rows, mask, stream);
@@ -583,7 +584,7 @@ bool forward_plain(T* x, int64_t rows, int64_t n, acc_t<T> scale, int64_t causal
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
     if (mask.data != nullptr || !plain_softmax<T>(causal_rows, scale)) return false;
     int tpr = 0, nv = 0;
-    if (!on_chip_plan(n / VEC, kMaxNv, 1, &tpr, &nv)) return false;
+    if (!on_chip_plan(n / VEC, kMaxNv, 1, 2, &tpr, &nv)) return false;
     // Rows of 16 to 32 vectors (a vector a thread) walk: H200, bf16 (262144,
     // 128) 38.9 -> 36.9 us; float32 71.6 -> 67.0 with a CTA per four rows
     // (70.0 with the grid capped). Narrower rows ran 1-3% slower that way.
