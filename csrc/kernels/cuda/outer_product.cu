@@ -26,7 +26,6 @@
 #include "make_inplace/kernels/cuda_pack.cuh"
 #include "make_inplace/kernels/outer_product.h"
 #include "make_inplace/kernels/outer_rows_sweep.cuh"
-#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
 #include <limits>

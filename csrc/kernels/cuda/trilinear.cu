@@ -8,7 +8,6 @@
 // its share of grad_out * d out / d point; the group's shuffle-reduce then
 // writes the point's 3 gradients once (no atomics).
 #include "make_inplace/kernels/cuda_pack.cuh"
-#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/trilinear.h"
 #include "make_inplace/kernels/trilinear_math.h"
 
@@ -39,30 +38,16 @@ __global__ void __launch_bounds__(kThreads)
     Pack<T, V> corner[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) corner[k] = load_pack<T, V>(src + k * fs1, fs2, true);
-    Pack<T, V> result;
-    if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
-      // 16-bit packs as word pairs (packed_rows.cuh). Converted element by
-      // element, bfloat16 loaded its corners two at a time and ran 20% below
-      // float16 on an H200 (docs/notes/trilinear.md).
-      float c[8][V], sum[V];
+    A c[8][V], sum[V];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) rowwise::unpack_vector<T>(corner[k], c[k]);
+    for (int k = 0; k < 8; ++k) unpack(corner[k], c[k]);
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        sum[e] = 0;
+    for (int e = 0; e < V; ++e) {
+      sum[e] = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) sum[e] += w[k] * c[k][e];
-      }
-      result = rowwise::pack_vector<T, Pack<T, V>>(sum);
-    } else {
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        A sum = 0;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) sum += w[k] * to_acc(corner[k].v[e]);
-        result.v[e] = from_acc<T>(sum);
-      }
+      for (int k = 0; k < 8; ++k) sum[e] += w[k] * c[k][e];
     }
+    const Pack<T, V> result = pack_from<T, V>(sum);
     store_pack<T, V>(out + static_cast<int64_t>(p) * f + col, result);
   }
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/scalar_kind.h"
 #include "make_inplace/kernels/store16.cuh"
 
@@ -62,6 +63,32 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {
     store_global_16<kStreaming>(p, x);
   } else {
     *reinterpret_cast<Pack<T, V>*>(p) = x;
+  }
+}
+
+// The V elements of a pack in the accumulation type, and back. 16-byte packs
+// of a 16-bit type go as word pairs (packed_rows.cuh): converted element by
+// element, the outer product's bf16 backward held 80 registers where pairs
+// need 64, and the trilinear forward loaded bf16 corners two at a time.
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const Pack<T, V>& pack, acc_t<T>* out) {
+  if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
+    rowwise::unpack_vector<T>(pack, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = to_acc(pack.v[e]);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> pack_from(const acc_t<T>* in) {
+  if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
+    return rowwise::pack_vector<T, Pack<T, V>>(in);
+  } else {
+    Pack<T, V> r;
+#pragma unroll
+    for (int e = 0; e < V; ++e) r.v[e] = from_acc<T>(in[e]);
+    return r;
   }
 }
 

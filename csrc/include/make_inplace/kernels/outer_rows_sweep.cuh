@@ -17,7 +17,6 @@
 #include <cstdint>
 
 #include "make_inplace/kernels/cuda_pack.cuh"
-#include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/sm90_sync.cuh"
 
 namespace make_inplace::kernels::outer_detail {
@@ -27,19 +26,6 @@ using namespace cuda_detail;
 template <typename T>
 __device__ __forceinline__ void store_result(T* dst, acc_t<T> value, bool accumulate) {
   *dst = from_acc<T>(accumulate ? to_acc(*dst) + value : value);
-}
-
-// The V elements of a pack in the accumulation type; 16-byte packs of a
-// 16-bit type as word pairs (packed_rows.cuh): elementwise bf16 conversions
-// held 80 registers where the pairs need 64, a CTA an SM fewer.
-template <typename T, int V>
-__device__ __forceinline__ void unpack(const Pack<T, V>& pack, acc_t<T>* out) {
-  if constexpr (sizeof(T) == 2 && V * sizeof(T) == 16) {
-    rowwise::unpack_vector<T>(pack, out);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e) out[e] = to_acc(pack.v[e]);
-  }
 }
 
 // The sums of a cluster's CTAs added up: `count` floats at `part` in each
