@@ -753,10 +753,9 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     constexpr int kMaxNv = 32 / kFloatsPerVector<T>;
     int tpr = 0, nv = 0;
     // Two vectors per thread on short rows: fewer shuffles per element for
-    // its three reductions.
-    // 16-bit rows of 32 elements a thread stay one warp's, kept packed (two
-    // warps of 16 a thread ran 22% slower: H200, bf16 (262144, 1024));
-    // float32 rows take more warps past 2 vectors a thread.
+    // its reductions. 16-bit rows of up to 32 elements a thread stay one
+    // warp's, kept packed (two warps of 16 a thread ran 22% slower: H200, bf16
+    // (262144, 1024)); float32 rows take more warps past 2 vectors a thread.
     if (!on_chip_plan(n / VEC, kMaxNv, 2, sizeof(T) == 2 ? kMaxNv : 2, &tpr, &nv)) return false;
     // 16-bit rows of up to 64 vectors walk (H200, bf16 (262144, 128): 42.5 ->
     // 37.8 us); float32 rows ran 3-6% slower that way.
