@@ -243,10 +243,11 @@ __device__ __forceinline__ A warp_transpose_sum(const A (&v)[kRowBlock], int lan
 // CTAs an SM, the best pairs with the staging ring below on an H200
 // (lab/probe_outer_product_backward.cu; 16-bit (64, 4096, 4096): 4 rows and 3
 // CTAs 0.78 ms, 8 and 2 0.85; float32 (512, 1024, 1024): 8 and 2 0.52, 4 and
-// 3 0.67). 16-bit rows of at most 16 packs (kNarrow: the fused sweep, half a
-// warp a row or less) read 2 rows a step with 4 CTAs an SM, 3-13% faster at
-// 32-128 columns; at 32 packs the two pairs tie and on wider rows 2 and 4
-// lost up to 24% (H200, docs/notes/outer_product.md).
+// 3 0.67). 16-bit rows of at most kNarrowMaxPacks packs (kNarrow: the fused
+// sweep, half a warp a row or less) read 2 rows a step with 4 CTAs an SM,
+// 3-13% faster at 32-128 columns; at 32 packs the two pairs tie and on wider
+// rows 2 and 4 lost up to 24% (H200, docs/notes/outer_product.md).
+constexpr int kNarrowMaxPacks = 16;
 template <typename T, bool kNarrow = false>
 constexpr int kSweepRows = sizeof(T) == 2 ? (kNarrow ? 2 : 4) : 8;
 template <typename T, bool kNarrow = false>
@@ -775,7 +776,7 @@ cudaError_t outer_product_backward_cuda(ScalarKind kind, OuterInput grad_out,
         using One = std::integral_constant<int, 1>;
         static_assert(kMaxPacksPerLane == 4, "the fused launch picks P in {1, 2, 4}");
         if constexpr (sizeof(T) == 2 && W > 1) {
-          if (packs <= 16) return launch_fused(One{}, std::true_type{});  // kSweepRows' narrow rows
+          if (packs <= kNarrowMaxPacks) return launch_fused(One{}, std::true_type{});
         }
         if (packs <= block.x) return launch_fused(One{}, std::false_type{});
         if (packs <= 2 * int64_t{block.x}) return launch_fused(std::integral_constant<int, 2>{}, std::false_type{});
