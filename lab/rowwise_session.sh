@@ -25,7 +25,7 @@ for s in ${SETTINGS:-default}; do
   fi
 done 2>&1 | tee "$OUT/sweep.txt"
 if [ -n "${PROFILE:-}" ]; then
-  ncu -k 'regex:[Ss]oft[Mm]ax|layer_norm|LayerNorm' --section SpeedOfLight --section Occupancy \
+  ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section InstructionStats \
     --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
     python lab/profile_rowwise.py $PROFILE > "$OUT/ncu.txt" 2>&1
   tail -n 3 "$OUT/ncu.txt"

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 // relative accuracy as E[d]^2 / var grows (a first element far out in its
 // row); above kShiftLimit the row's warp (or CTA) takes the corrected second
 // pass about the shifted mean, which has no such loss.
-template <typename T, int NV>
+template <typename T, int NV, bool HAS_W, bool HAS_B>
 __global__ void __launch_bounds__(kOnChipMaxThreads)
     layer_norm_rows_plain_kernel(T* __restrict__ x, const T* __restrict__ w,
                                  const T* __restrict__ b, int64_t row0, int64_t rows, int n,
@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   const float m = s1 * inv_n;  // mean of d, rounded
   float var = s2 * inv_n - m * m;
   float dm = 0;  // what m's rounding left in the mean of d - m
+  float mu = m;   // the mean of the deviations the write pass sees
   // Uniform over the warp (rows of a sub-warp share its shuffles) or, for a
   // row of a whole CTA, over the CTA (every thread holds the row's sums).
   const bool far = m * m > kShiftLimit * var;
@@ -205,6 +206,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 #pragma unroll
         for (int e = 0; e < F; ++e) {
           const float c = f[e] - m;
+          if constexpr (!PACKED) d[k][e] = c;
           sq = fmaf(c, c, sq);
           dev += c;
         }
@@ -213,25 +215,29 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     group_sum2(dev, sq, tpr, scratch);
     dm = dev * inv_n;
     var = sq * inv_n - dm * dm;
+    // Packed rows unpack x - shift again, whose mean is m + dm: at most
+    // sqrt(n) standard deviations (d is 0 at the shift), so folding it into
+    // the FMA below errs by at most sqrt(n) * 2^-24 in the normalized result.
+    mu = PACKED ? m + dm : dm;
   }
   const float rstd = rsqrtf(fmaxf(var, 0.0f) + eps);
-  const float offset = -dm * rstd;  // y = (d - m) * rstd + offset, then * w + b
+  const float offset = -mu * rstd;  // y = d * rstd + offset, then * w + b
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
     if (col < end) {
       float f[F], wf[F], bf[F];
       deviations(k, f);
-      if (w != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(w + col), wf);
-      if (b != nullptr) unpack_vector<T>(*reinterpret_cast<const V*>(b + col), bf);
+      if constexpr (HAS_W) unpack_vector<T>(*reinterpret_cast<const V*>(w + col), wf);
+      if constexpr (HAS_B) unpack_vector<T>(*reinterpret_cast<const V*>(b + col), bf);
 #pragma unroll
       for (int e = 0; e < F; ++e) {
-        float y = fmaf(f[e] - m, rstd, offset);
-        if (w != nullptr && b != nullptr) {
+        float y = fmaf(f[e], rstd, offset);
+        if constexpr (HAS_W && HAS_B) {
           y = fmaf(y, wf[e], bf[e]);
-        } else if (w != nullptr) {
+        } else if constexpr (HAS_W) {
           y *= wf[e];
-        } else if (b != nullptr) {
+        } else if constexpr (HAS_B) {
           y += bf[e];
         }
         f[e] = y;
@@ -717,16 +723,23 @@ cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, 
   // an SM) prefetch the next wave's rows: H100 (4096, 16384) +2%, (4096,
   // 12288) +6%; where two or more CTAs share an SM (16-bit rows, float32 of
   // 8192 columns) it cost the H100 4-6% (docs/rowwise_tuning.md).
-  int64_t ahead = 0;
-  if (sizeof(T) == 4 && tpr == kOnChipMaxThreads) {
-    const cudaError_t err = resident_ctas(layer_norm_rows_plain_kernel<T, NV>, block, 0, &ahead);
-    if (err != cudaSuccess) return err;
-  }
-  return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
-    layer_norm_rows_plain_kernel<T, NV><<<grid, block, 0, stream>>>(
-        x, w, b, row0, rows, static_cast<int>(n), tpr, 1.0f / static_cast<float>(n), eps, mean,
-        rstd, ahead);
-  });
+  const auto launch = [&](auto has_w, auto has_b) {
+    constexpr auto kernel =
+        layer_norm_rows_plain_kernel<T, NV, decltype(has_w)::value, decltype(has_b)::value>;
+    int64_t ahead = 0;
+    if (sizeof(T) == 4 && tpr == kOnChipMaxThreads) {
+      const cudaError_t err = resident_ctas(kernel, block, 0, &ahead);
+      if (err != cudaSuccess) return err;
+    }
+    return launch_chunks(rows, block / tpr, [&](int64_t row0, unsigned grid) {
+      kernel<<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr,
+                                         1.0f / static_cast<float>(n), eps, mean, rstd, ahead);
+    });
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (w != nullptr) return b != nullptr ? launch(Yes{}, Yes{}) : launch(Yes{}, No{});
+  return b != nullptr ? launch(No{}, Yes{}) : launch(No{}, No{});
 }
 
 template <typename T, int TPR>
