@@ -44,6 +44,17 @@ constexpr int kTargetBlocks = 132 * 8;  // enough CTAs to fill an H100/H200
 // second pass: at 16 a float32 variance keeps ~17x its sums' rounding.
 constexpr float kShiftLimit = 16.0f;
 
+// Calls launch(has_w, has_b) with std::true_type / std::false_type for which
+// of w and b are given: kernels that take them as template flags test
+// neither per element.
+template <typename T, typename Launch>
+cudaError_t with_affine(const T* w, const T* b, Launch&& launch) {
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (w != nullptr) return b != nullptr ? launch(Yes{}, Yes{}) : launch(Yes{}, No{});
+  return b != nullptr ? launch(No{}, Yes{}) : launch(No{}, No{});
+}
+
 // Rows held on chip: n <= kOnChipMaxThreads * NV * VEC, so column indices fit in int.
 template <typename T, int VEC, int NV>
 __global__ void __launch_bounds__(kOnChipMaxThreads)
@@ -723,7 +734,7 @@ cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, 
   // an SM) prefetch the next wave's rows: H100 (4096, 16384) +2%, (4096,
   // 12288) +6%; where two or more CTAs share an SM (16-bit rows, float32 of
   // 8192 columns) it cost the H100 4-6% (docs/rowwise_tuning.md).
-  const auto launch = [&](auto has_w, auto has_b) {
+  return with_affine(w, b, [&](auto has_w, auto has_b) {
     constexpr auto kernel =
         layer_norm_rows_plain_kernel<T, NV, decltype(has_w)::value, decltype(has_b)::value>;
     int64_t ahead = 0;
@@ -735,11 +746,7 @@ cudaError_t launch_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, 
       kernel<<<grid, block, 0, stream>>>(x, w, b, row0, rows, static_cast<int>(n), tpr,
                                          1.0f / static_cast<float>(n), eps, mean, rstd, ahead);
     });
-  };
-  using Yes = std::true_type;
-  using No = std::false_type;
-  if (w != nullptr) return b != nullptr ? launch(Yes{}, Yes{}) : launch(Yes{}, No{});
-  return b != nullptr ? launch(No{}, Yes{}) : launch(No{}, No{});
+  });
 }
 
 template <typename T, int TPR>
@@ -795,16 +802,12 @@ cudaError_t forward_staged(T* x, const T* w, const T* b, int64_t rows, int64_t n
     return staged::launch_persistent(layer_norm_staged_kernel<T, VEC>, plan, rows, stream, x, w,
                                      b, rows, n, eps, mean, rstd, plan);
   } else {
-    const auto launch = [&](auto has_w, auto has_b) {
+    return with_affine(w, b, [&](auto has_w, auto has_b) {
       return staged::launch_persistent(
           layer_norm_staged_moments_kernel<T, decltype(has_w)::value, decltype(has_b)::value>,
           plan, rows, stream, x, w, b, rows, n, 1.0f / static_cast<float>(n), eps, mean, rstd,
           plan);
-    };
-    using Yes = std::true_type;
-    using No = std::false_type;
-    if (w != nullptr) return b != nullptr ? launch(Yes{}, Yes{}) : launch(Yes{}, No{});
-    return b != nullptr ? launch(No{}, Yes{}) : launch(No{}, No{});
+    });
   }
 }
 
