@@ -1,7 +1,10 @@
 """One call each of softmax_ / layer_norm_ / rms_norm_, torch's op and its
 torch.compile'd version, for ncu. Everything is run once first (Inductor's
-autotuning included); only the calls between cudaProfilerStart and Stop are
-profiled, hence --profile-from-start off:
+autotuning included); each profiled call directly follows an unprofiled call
+of the same function, as in the benchmarks' back-to-back timing, and only the
+calls between cudaProfilerStart and Stop are profiled, hence
+--profile-from-start off (add --cache-control none --clock-control none to
+see the L2 state and clocks that pytest-benchmark sees):
 
     ncu --profile-from-start off --section SpeedOfLight \
         python lab/profile_rowwise.py softmax:bf16:16384x4096 layer_norm:fp16:262144x128 rms_norm:bf16:4194304x32
@@ -45,10 +48,11 @@ for case in sys.argv[1:]:
     for fn in fns:
         fn()
     cases.append(fns)
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
 for fns in cases:
     for fn in fns:
         fn()
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
