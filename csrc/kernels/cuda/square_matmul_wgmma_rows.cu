@@ -53,6 +53,24 @@ __device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, uint32_t count)
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
 }
 
+// Every CTA reads all of w for each of its blocks, all CTAs in step at the
+// start, where each k-step's w-tile then waited on DRAM in turn (w is not
+// in L2 when the inputs rotate, as in the benchmarks). So each CTA first
+// brings its share of w's boxes into L2, and all of w is asked for at once.
+template <bool kWeightKMajor>
+__device__ __forceinline__ void prefetch_w_share(const CUtensorMap* w_map, int n, int k_tiles) {
+  // The loads' boxes: 256 rows of a k-step's columns (w[j][k]), or 64 x 64.
+  const int boxes_per_step = kWeightKMajor ? (n + kHalfCols - 1) / kHalfCols : (n + kBoxCols - 1) / kBoxCols;
+  for (int i = blockIdx.x; i < k_tiles * boxes_per_step; i += gridDim.x) {
+    const int kt = i % k_tiles, box = i / k_tiles;
+    if (kWeightKMajor) {
+      tma_prefetch(w_map, kt * kBK, box * kHalfCols);
+    } else {
+      tma_prefetch(w_map, box * kBoxCols, kt * kBK);
+    }
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // CTA b computes row-blocks b, b + gridDim.x, ...; x is reached through
@@ -88,6 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (warp == 0 && lane == 0) {  // TMA loads, in the consumers' order
+      prefetch_w_share<kWeightKMajor>(&w_map, n, k_tiles);
       StageRing<kStages> ring;
       for (int rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
         for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
