@@ -777,6 +777,11 @@ bool forward_plain(T* x, const T* w, const T* b, int64_t rows, int64_t n, acc_t<
     // warp's, kept packed (two warps of 16 a thread ran 22% slower: H200, bf16
     // (262144, 1024)); float32 rows take more warps past 2 vectors a thread.
     if (!on_chip_plan(n / VEC, kMaxNv, 2, sizeof(T) == 2 ? kMaxNv : 2, &tpr, &nv)) return false;
+    // float32 rows that fill 128 threads of 8 vectors (4096 columns) take 256
+    // of 4: H200 (16384, 4096) 136.3 -> 134.2 us, (32768, 4096) 267.7 ->
+    // 264.2; rms_norm_ and softmax_ gained nothing so, 8192 columns on 512 of
+    // 4 moved either way (docs/rowwise_tuning.md).
+    if (sizeof(T) == 4 && tpr == 128 && nv == 8 && int64_t{tpr} * nv * VEC == n) tpr = 256, nv = 4;
     // 16-bit rows of up to 64 vectors walk (H200, bf16 (262144, 128): 42.5 ->
     // 37.8 us); float32 rows ran 3-6% slower that way.
     if constexpr (sizeof(T) == 2) {
