@@ -160,7 +160,13 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
-    if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
+    if (col < end) {
+      if constexpr (sizeof(T) == 4 && NV <= 4) {
+        buf[k] = load_global_16_kept<V>(p + col);
+      } else {
+        buf[k] = *reinterpret_cast<const V*>(p + col);
+      }
+    }
   }
   // Every thread of the row reads the first element itself: one cached load
   // instead of a broadcast that would need shared memory for CTA-wide rows.

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
-    if (col < end) buf[k] = *reinterpret_cast<const V*>(p + col);
+    if (col < end) buf[k] = load_global_16_kept<V>(p + col);
   }
   constexpr bool PACKED = sizeof(T) == 2 && NV * F == 32;
   float v[PACKED ? 1 : NV][F];

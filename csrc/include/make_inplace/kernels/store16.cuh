@@ -28,4 +28,25 @@ __device__ __forceinline__ void store_global_16(void* p, const P& v) {
   }
 }
 
+// One 16-byte global load of a line the same thread stores again soon (a row
+// rewritten in place), under an L2 evict_last policy so that the line stays
+// in L2 until that store replaces it; plain loads elsewhere.
+template <typename P>
+__device__ __forceinline__ P load_global_16_kept(const void* p) {
+  static_assert(sizeof(P) == 16, "load_global_16_kept loads 16-byte vectors");
+  uint32_t w[4];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "l"(p), "l"(policy));
+#else
+  memcpy(w, p, 16);
+#endif
+  P v;
+  memcpy(&v, w, 16);
+  return v;
+}
+
 }  // namespace make_inplace::kernels
