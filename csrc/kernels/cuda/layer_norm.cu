@@ -161,6 +161,9 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
     if (col < end) {
+      // Lines kept in L2 until the store (global16.cuh): H200, float32 rows of
+      // up to 4 vectors a thread 1-4% faster; 16-bit rows and 8 vectors a
+      // thread 1-6% slower (docs/rowwise_tuning.md).
       if constexpr (sizeof(T) == 4 && NV <= 4) {
         buf[k] = load_global_16_kept<V>(p + col);
       } else {
@@ -319,7 +322,7 @@ __global__ void __launch_bounds__(kSmallBlock)
       if (col < n && b != nullptr) bv[k] = *reinterpret_cast<const V*>(b + col);
     }
   }
-  walk_short_rows<TPR, NV>(x, rows, n, [&](const uint4(&buf)[NV], int64_t row, bool active) {
+  walk_short_rows<TPR, NV, true>(x, rows, n, [&](const uint4(&buf)[NV], int64_t row, bool active) {
     const float shift = __shfl_sync(0xffffffffu, first_float<T>(buf[0]), 0, TPR);
     float d[NV][F];
     float s1 = 0, s2 = 0;

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kSmallBlock)
   constexpr int F = kFloatsPerVector<T>;
   using V = Vec<T, VEC>;
   const int lane = static_cast<int>(threadIdx.x) % TPR;
-  walk_short_rows<TPR, NV>(x, rows, n, [&](const uint4(&buf)[NV], int64_t row, bool active) {
+  walk_short_rows<TPR, NV, false>(x, rows, n, [&](const uint4(&buf)[NV], int64_t row, bool active) {
     VectorMax<T> vmax;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {

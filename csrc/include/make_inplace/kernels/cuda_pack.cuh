@@ -10,7 +10,7 @@
 
 #include "make_inplace/kernels/packed_rows.cuh"
 #include "make_inplace/kernels/scalar_kind.h"
-#include "make_inplace/kernels/store16.cuh"
+#include "make_inplace/kernels/global16.cuh"
 
 namespace make_inplace::kernels::cuda_detail {
 
@@ -55,7 +55,7 @@ __device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t stride, bool
   return r;
 }
 
-// 16-byte packs go out as one st.global.v4 (store16.cuh says why);
+// 16-byte packs go out as one st.global.v4 (global16.cuh says why);
 // kStreaming makes it st.global.cs.
 template <typename T, int V, bool kStreaming = false>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& x) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "make_inplace/kernels/scalar_kind.h"
-#include "make_inplace/kernels/store16.cuh"
+#include "make_inplace/kernels/global16.cuh"
 
 namespace make_inplace::kernels::rowwise {
 
@@ -152,7 +152,7 @@ cudaError_t resident_ctas(void (*kernel)(Params...), int block, int smem, int64_
   return cudaSuccess;
 }
 
-// Stores a vector of VEC elements; 16-byte ones as one st.global.v4 (store16.cuh).
+// Stores a vector of VEC elements; 16-byte ones as one st.global.v4 (global16.cuh).
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& v) {
   if constexpr (sizeof(T) * VEC == 16) {

@@ -28,7 +28,9 @@ constexpr int kShortRowsPerCta = kSmallBlock / TPR;
 // times (rows past the end with active false), so body may shuffle within its
 // group. Words, not vectors of T: copying 16-bit elements from one buffer to
 // the next cost a byte permute per element.
-template <int TPR, int NV, typename T, typename Body>
+// KEEP_LINES loads under an L2 evict_last policy (global16.cuh): H200, 0.5-1%
+// faster for layer_norm_, 5% slower for softmax_ (docs/rowwise_tuning.md).
+template <int TPR, int NV, bool KEEP_LINES, typename T, typename Body>
 __device__ __forceinline__ void walk_short_rows(const T* x, int64_t rows, int n, Body&& body) {
   static_assert(TPR >= 1 && TPR <= 32 && 32 % TPR == 0, "a row's threads share a warp");
   constexpr int VEC = 16 / sizeof(T);
@@ -41,7 +43,14 @@ __device__ __forceinline__ void walk_short_rows(const T* x, int64_t rows, int n,
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int col = (k * TPR + lane) * VEC;
-      if (r < rows && col < n) buf[k] = *reinterpret_cast<const uint4*>(x + r * n + col);
+      if (r < rows && col < n) {
+        const T* at = x + r * n + col;
+        if constexpr (KEEP_LINES) {
+          buf[k] = load_global_16_kept<uint4>(at);
+        } else {
+          buf[k] = *reinterpret_cast<const uint4*>(at);
+        }
+      }
     }
   };
   uint4 buf[NV];

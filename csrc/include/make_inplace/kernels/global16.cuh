@@ -1,6 +1,8 @@
 #pragma once
-// One 16-byte global store of a 16-byte struct (a vector of 2-8 elements).
+// 16-byte global accesses in inline PTX: stores kept whole, and loads with an
+// L2 cache policy.
 //
+// One 16-byte global store of a 16-byte struct (a vector of 2-8 elements).
 // Why not a plain struct store: inside unrolled runtime loops nvcc splits it
 // (and even a uint4 built from it) into per-element or per-pair stores
 // (st.global.u16 x 8 for bf16), so each warp store touches up to 8x the
