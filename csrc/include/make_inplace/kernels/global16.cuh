@@ -31,8 +31,8 @@ __device__ __forceinline__ void store_global_16(void* p, const P& v) {
 }
 
 // One 16-byte global load of a line the same thread stores again soon (a row
-// rewritten in place), under an L2 evict_last policy so that the line stays
-// in L2 until that store replaces it; plain loads elsewhere.
+// rewritten in place), under an L2 evict_last policy: L2 is asked to keep the
+// line until that store replaces it (a plain load before sm_80).
 template <typename P>
 __device__ __forceinline__ P load_global_16_kept(const void* p) {
   static_assert(sizeof(P) == 16, "load_global_16_kept loads 16-byte vectors");
