@@ -5,7 +5,11 @@
 // scale of one vector a thread as the copy rate. Timed as the benchmarks time
 // calls (a spin kernel ahead of each), the first 8 rows checked against a
 // double reference on the host.
+// With -DWITH_LIBRARY and the library's layer_norm.cu as a second source, the
+// library's layer_norm_ runs in the same harness:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o probe_row_loads lab/probe_row_loads.cu && ./probe_row_loads
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -DMAKE_INPLACE_SM90A -DWITH_LIBRARY \
+//     -Icsrc/include -o probe_row_loads lab/probe_row_loads.cu csrc/kernels/cuda/layer_norm.cu
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -15,6 +19,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#ifdef WITH_LIBRARY
+#include "make_inplace/kernels/layer_norm.h"
+#endif
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("err %s line %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
 
@@ -287,6 +294,13 @@ void suite(int rows, int n) {
   constexpr int F = 16 / sizeof(T);
   const int64_t nvec = int64_t(rows) * n / F;
   B.run("scale 1 vec/thread", [&] { scale_kernel<T><<<unsigned((nvec + 255) / 256), 256>>>(B.x, nvec); });
+#ifdef WITH_LIBRARY
+  using make_inplace::kernels::ScalarKind;
+  const ScalarKind kind = sizeof(T) == 4 ? ScalarKind::kFloat32 : ScalarKind::kBFloat16;
+  B.run("library layer_norm_", [&] {
+    CK(make_inplace::kernels::layer_norm_forward_cuda(kind, B.x, B.w, B.b, B.rows, B.n, 1e-5, nullptr, nullptr, 0));
+  });
+#endif
   const int vecs = n / F;
   if (vecs == 1024) {
     reg_set<T, 256, 4>(B, "");
