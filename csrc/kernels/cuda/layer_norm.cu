@@ -160,16 +160,10 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const int col = (k * tpr + lane) * VEC;
-    if (col < end) {
-      // Lines kept in L2 until the store (global16.cuh): H200, float32 rows of
-      // up to 4 vectors a thread 1-4% faster; 16-bit rows and 8 vectors a
-      // thread 1-6% slower (docs/rowwise_tuning.md).
-      if constexpr (sizeof(T) == 4 && NV <= 4) {
-        buf[k] = load_global_16_kept<V>(p + col);
-      } else {
-        buf[k] = *reinterpret_cast<const V*>(p + col);
-      }
-    }
+    // Lines kept in L2 until the store (global16.cuh): H200, float32 rows of
+    // up to 4 vectors a thread 1-4% faster; 16-bit rows and 8 vectors a
+    // thread 1-6% slower (docs/rowwise_tuning.md).
+    if (col < end) buf[k] = load_global_16<sizeof(T) == 4 && NV <= 4, V>(p + col);
   }
   // Every thread of the row reads the first element itself: one cached load
   // instead of a broadcast that would need shared memory for CTA-wide rows.

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kOnChipMaxThreads)
     const int col = (k * tpr + lane) * VEC;
     // Lines kept in L2 until the store (global16.cuh): H200, 1-3% faster at
     // every width and type measured (docs/rowwise_tuning.md).
-    if (col < end) buf[k] = load_global_16_kept<V>(p + col);
+    if (col < end) buf[k] = load_global_16<true, V>(p + col);
   }
   constexpr bool PACKED = sizeof(T) == 2 && NV * F == 32;
   float v[PACKED ? 1 : NV][F];

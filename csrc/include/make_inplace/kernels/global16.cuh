@@ -30,25 +30,26 @@ __device__ __forceinline__ void store_global_16(void* p, const P& v) {
   }
 }
 
-// One 16-byte global load of a line the same thread stores again soon (a row
-// rewritten in place), under an L2 evict_last policy: L2 is asked to keep the
-// line until that store replaces it (a plain load before sm_80).
-template <typename P>
-__device__ __forceinline__ P load_global_16_kept(const void* p) {
-  static_assert(sizeof(P) == 16, "load_global_16_kept loads 16-byte vectors");
-  uint32_t w[4];
+// One 16-byte global load. kKeepInL2: of a line the same thread stores again
+// soon (a row rewritten in place), under an L2 evict_last policy, so that L2
+// is asked to keep the line until that store replaces it (sm_80 and later).
+template <bool kKeepInL2, typename P>
+__device__ __forceinline__ P load_global_16(const void* p) {
+  static_assert(sizeof(P) == 16, "load_global_16 loads 16-byte vectors");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-               : "l"(p), "l"(policy));
-#else
-  memcpy(w, p, 16);
+  if constexpr (kKeepInL2) {
+    uint32_t w[4];
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"(p), "l"(policy));
+    P v;
+    memcpy(&v, w, 16);
+    return v;
+  }
 #endif
-  P v;
-  memcpy(&v, w, 16);
-  return v;
+  return *reinterpret_cast<const P*>(p);
 }
 
 }  // namespace make_inplace::kernels

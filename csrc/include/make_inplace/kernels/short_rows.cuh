@@ -43,14 +43,7 @@ __device__ __forceinline__ void walk_short_rows(const T* x, int64_t rows, int n,
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int col = (k * TPR + lane) * VEC;
-      if (r < rows && col < n) {
-        const T* at = x + r * n + col;
-        if constexpr (KEEP_LINES) {
-          buf[k] = load_global_16_kept<uint4>(at);
-        } else {
-          buf[k] = *reinterpret_cast<const uint4*>(at);
-        }
-      }
+      if (r < rows && col < n) buf[k] = load_global_16<KEEP_LINES, uint4>(x + r * n + col);
     }
   };
   uint4 buf[NV];
